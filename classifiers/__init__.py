@@ -1,0 +1,1 @@
+"""classifiers package."""

@@ -1,0 +1,1 @@
+"""step-runtime: a declarative step runtime for context-engineered LLM pipelines."""

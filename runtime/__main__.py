@@ -1,0 +1,5 @@
+"""`python -m runtime`."""
+
+from runtime.cli import main
+
+main()

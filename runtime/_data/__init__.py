@@ -1,0 +1,1 @@
+"""Data package: pipelines/ and schemas/ inside a wheel."""

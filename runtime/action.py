@@ -1,0 +1,194 @@
+"""The action contract: the source of truth for what an action is and may do.
+
+An action is a class registered under a name (entry-point group
+``step_runtime.actions``; built-ins use the same group). A step names it with
+``action: <name>``. The class declares, statically:
+
+- ``fields``: the JSON Schema ``properties`` of its step-specific fields, and
+  ``required``: which of them must be present. The document schema is generated
+  from these (``additionalProperties: false``), so a misspelt field is an error.
+- ``outcomes``: the branches it may choose, each read from the step field
+  ``on_<outcome>``. Routers override :meth:`targets` to expose every step id
+  their configuration can route to, so graph checks see every transition.
+- ``check``: cross-field rules a schema cannot express, as a generator of
+  :class:`Problem` (a code, a message and a path relative to the step).
+- ``bounds_loops``: a cycle through such a step is bounded (``loop_guard``).
+- ``terminal``: the action ends the run (``finalize``).
+- ``runnable``: False while only the schema exists; such a step fails validation
+  for execution with ``ACTION_NOT_RUNNABLE``.
+- ``reads`` / ``writes``: the state variables it reads and writes (docs, trace).
+
+At run time the engine creates one instance per step and calls
+``run(ctx)`` exactly once per visit, after consuming the step's inbox into
+``ctx.messages``. ``run`` returns an :class:`Outcome` (or ``None`` to follow
+``next``) and must be thread-safe: many runs may share one pipeline. Failures are
+raised as ``runtime.errors.RunError`` (or a subclass) with a code; the engine
+fills in the step id and attempt. Any other exception is a bug in the action
+and is reported as ``ACTION_FAILED``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    from runtime.inbox import Message
+    from runtime.pipeline import Pipeline
+    from runtime.services import Services
+
+Path = tuple[str | int, ...]
+
+STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+VARIABLE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a step chose: a named branch (``on_<branch>``), an explicit target, or stop."""
+
+    branch: str | None = None
+    target: str | None = None
+    label: str | None = None
+    stop: bool = False
+
+    @classmethod
+    def to_branch(cls, name: str) -> Outcome:
+        """Follow the step field ``on_<name>``."""
+        return cls(branch=name, label=name)
+
+    @classmethod
+    def goto(cls, step_id: str, label: str) -> Outcome:
+        """Go to a step chosen from the step's configuration (routers)."""
+        return cls(target=step_id, label=label)
+
+    @classmethod
+    def end(cls) -> Outcome:
+        """End the run after this step."""
+        return cls(stop=True, label="end")
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A statically visible edge of the step graph."""
+
+    label: str
+    path: Path  # relative to the step, e.g. ("on_ok",) or ("routes", "answer")
+    target: str
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A problem found by an action's own checks; positioned by the validator."""
+
+    code: str
+    message: str
+    path: Path = ()
+    hint: str = ""
+    severity: str = "error"
+    key: bool = False  # point at the key rather than the value
+
+
+class StepContext(Protocol):
+    """What an action sees while it runs (implemented by the engine)."""
+
+    run_id: str
+    step_id: str
+    step: Mapping[str, Any]
+    settings: Mapping[str, Any]
+    inputs: Mapping[str, Any]
+    pipeline: Pipeline
+    messages: list[Message]
+    services: Services
+    attempt: int
+
+    def get(self, name: str, default: Any = ...) -> Any:
+        """Read a state variable; without a default a missing one raises VARIABLE_MISSING."""
+
+    def has(self, name: str) -> bool:
+        """True when the state variable is set."""
+
+    def set(self, name: str, value: Any) -> None:
+        """Write a state variable; engine-owned names raise STATE_PROTECTED."""
+
+    def delete(self, name: str) -> None:
+        """Remove a state variable if present."""
+
+    def enqueue(self, target_step_id: str, topic: str, payload: Mapping[str, Any]) -> Message:
+        """Send a message to a step's inbox (payload must be JSON)."""
+
+    def requeue(self, message: Message) -> Message:
+        """Put a consumed message back for its target with attempt + 1."""
+
+    def trace(self, event: str, **data: Any) -> None:
+        """Record a notable decision in the run's trace."""
+
+    def counter(self, name: str) -> int:
+        """Read an engine-owned counter (e.g. a loop guard's)."""
+
+    def increment(self, name: str) -> int:
+        """Increment an engine-owned counter and return the new value."""
+
+
+class Action:
+    """Base class of every action. See the module docstring for the contract."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    fields: ClassVar[dict[str, dict[str, Any]]] = {}
+    required: ClassVar[tuple[str, ...]] = ()
+    outcomes: ClassVar[tuple[str, ...]] = ()
+    reads: ClassVar[tuple[str, ...]] = ()
+    writes: ClassVar[tuple[str, ...]] = ()
+    runnable: ClassVar[bool] = False
+    bounds_loops: ClassVar[bool] = False
+    terminal: ClassVar[bool] = False
+    # Extra JSON Schema keywords for the step object (e.g. dependentSchemas).
+    schema_extra: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def targets(cls, step: Mapping[str, Any]) -> Iterator[Transition]:
+        """Every step id this step's configuration can route to."""
+        if isinstance(step.get("next"), str):
+            yield Transition("next", ("next",), step["next"])
+        for outcome in cls.outcomes:
+            key = f"on_{outcome}"
+            if isinstance(step.get(key), str):
+                yield Transition(outcome, (key,), step[key])
+        catch = step.get("catch")
+        if isinstance(catch, Mapping):
+            for code, target in catch.items():
+                if isinstance(target, str):
+                    yield Transition(f"catch {code}", ("catch", str(code)), target)
+
+    @classmethod
+    def inbox_targets(cls, step: Mapping[str, Any]) -> Iterator[tuple[Path, str]]:
+        """Step ids this step may send inbox messages to (validated to exist)."""
+        return iter(())
+
+    @classmethod
+    def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:
+        """Cross-field rules beyond the schema."""
+        return iter(())
+
+    def run(self, ctx: StepContext) -> Outcome | None:
+        """Execute one visit of the step."""
+        raise NotImplementedError(f"action {self.name!r} is not runnable yet")
+
+
+@dataclass
+class ActionInfo:
+    """A registered action and where it came from."""
+
+    name: str
+    cls: type[Action] | None
+    source: str  # "builtin" or the distribution name
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def setting_ref(schema: dict[str, Any]) -> dict[str, Any]:
+    """Schema for a ``*_from_settings`` companion field of a field with this schema."""
+    return {"type": "string", "minLength": 1,
+            "description": "Name of a settings key holding this value."}

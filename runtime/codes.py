@@ -1,0 +1,143 @@
+"""The one table of stable error and diagnostic codes.
+
+Every coded error and diagnostic in step-runtime names a code from this table;
+`docs/errors.md` is generated from it (a test fails when the page is stale) and
+`runtime explain CODE` prints an entry. A code is never reused: a retired code
+stays here with ``removed=True``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Code:
+    """One entry of the code table."""
+
+    name: str
+    category: str
+    summary: str
+    hint: str = ""
+    removed: bool = False
+
+
+_CODES: list[Code] = [
+    # --- YAML and loading -------------------------------------------------------
+    Code("YAML_SYNTAX", "load", "The file is not valid YAML.", "Fix the syntax at the position shown."),
+    Code("YAML_DUPLICATE_KEY", "load", "A mapping holds the same key twice.",
+         "PyYAML would silently keep the last one; remove or rename one of them."),
+    Code("YAML_BOOLEAN_KEY", "load",
+         "An unquoted key such as on/off/yes/no is a boolean in YAML 1.1.",
+         "Quote the key (\"on\":) so every YAML tool reads it as a string."),
+    Code("YAML_BOOLEAN_VALUE", "load",
+         "An unquoted yes/no/on/off value was read as a boolean where a string is expected.",
+         "Quote the value."),
+    Code("YAML_TOO_LARGE", "load", "The document exceeds the size or node-count limit.",
+         "Split the pipeline or remove alias expansion (a 'billion laughs' document is refused)."),
+    Code("YAML_TOO_DEEP", "load", "The document nests deeper than the limit.",
+         "Flatten the structure."),
+    Code("YAML_NOT_A_PIPELINE", "load",
+         "The document root is not a pipeline mapping, YAMLpipeline or YAMLpipelines.",
+         "A pipeline file is a mapping with `steps:` (or `extends:`)."),
+    Code("FILE_NOT_FOUND", "load", "A file named on the command line or by `extends` does not exist."),
+    Code("FILE_UNREADABLE", "load", "A file could not be read or decoded as UTF-8."),
+    Code("EXTENDS_CYCLE", "load", "Pipelines extend each other in a cycle.",
+         "Break the cycle; `extends` must form a chain."),
+    Code("EXTENDS_TARGET_UNKNOWN", "load", "`extends: file#name` names a pipeline the file does not hold."),
+    Code("PACK_DUPLICATE_NAME", "load", "Two pipelines in one pack share a name."),
+    # --- schema -----------------------------------------------------------------
+    Code("SCHEMA_UNKNOWN_FIELD", "schema", "A field is not allowed here.",
+         "Check the spelling against the action's field table in docs/actions/."),
+    Code("SCHEMA_MISSING_FIELD", "schema", "A required field is missing."),
+    Code("SCHEMA_TYPE", "schema", "A value has the wrong type."),
+    Code("SCHEMA_ENUM", "schema", "A value is not one of the allowed choices."),
+    Code("SCHEMA_RANGE", "schema", "A number or length is out of its allowed range."),
+    Code("SCHEMA_PATTERN", "schema", "A string does not match its required pattern."),
+    Code("SCHEMA_INVALID", "schema", "A value does not match the schema."),
+    Code("UNKNOWN_ACTION", "schema", "A step names an action that is not registered.",
+         "Run `runtime actions` to list the registered actions."),
+    # --- graph and semantic checks ---------------------------------------------------
+    Code("ENTRY_STEP_MISSING", "graph", "settings.entry_step_id is not set.",
+         "Set settings.entry_step_id to the first step to run."),
+    Code("ENTRY_STEP_UNKNOWN", "graph", "settings.entry_step_id names no step."),
+    Code("DUPLICATE_STEP_ID", "graph", "Two steps share an id."),
+    Code("UNKNOWN_STEP", "graph", "A transition names a step that does not exist."),
+    Code("UNREACHABLE_STEP", "graph", "No path from the entry step reaches this step.",
+         "Remove the step or route to it."),
+    Code("NO_TRANSITION", "graph", "A step has no way on (`next`, a branch) and no `end: true`.",
+         "Add `next:`, the action's `on_*` branches, or `end: true`."),
+    Code("NO_PATH_TO_END", "graph", "No path from this step ever reaches an end.",
+         "Every loop needs an exit that leads to an `end: true` step."),
+    Code("UNBOUNDED_CYCLE", "graph",
+         "A cycle passes no bounding step (such as loop_guard) and the pipeline sets no max_steps.",
+         "Put a loop_guard step in the cycle or set settings.max_steps."),
+    Code("SETTING_MISSING", "graph", "A `*_from_settings` field names a setting that does not exist."),
+    Code("SETTING_TYPE", "graph", "A setting has the wrong type for the field that reads it."),
+    Code("PROMPT_NOT_FOUND", "graph", "A prompt file named by `prompt_key` does not exist."),
+    Code("INBOX_TARGET_UNKNOWN", "graph", "An inbox rule targets a step that does not exist."),
+    Code("BUDGET_OPTIONS_EXCLUSIVE", "graph", "Budget options that exclude each other are combined."),
+    Code("BUDGET_SETTING_MISSING", "graph", "A budget falls back to a setting that is not set."),
+    Code("BUDGET_CANNOT_FIT", "graph", "Budget settings that cannot fit together."),
+    Code("COMPACTION_RULE_INVALID", "graph", "A compaction rule is incomplete or out of range."),
+    Code("RULE_INVALID", "graph", "A rule in a step's `rules` is malformed."),
+    Code("PROTECTED_FIELD", "graph", "A rule or value writes an engine-owned field.",
+         "Engine-owned fields (inbox, loop counters, trace, run metadata) are read-only."),
+    Code("MODEL_UNKNOWN", "graph", "A step or the CLI names a model not in settings.models."),
+    Code("ACTION_NOT_RUNNABLE", "graph", "The action is registered for validation but cannot run yet."),
+    Code("ACTION_LOAD_FAILED", "graph", "A plugin action failed to load.",
+         "The diagnostic names the distribution; reinstall or remove it."),
+    Code("INPUT_SPEC_INVALID", "graph", "An `inputs` declaration is malformed."),
+    # --- run time ---------------------------------------------------------------
+    Code("INPUT_MISSING", "run", "A required pipeline input was not given."),
+    Code("INPUT_UNKNOWN", "run", "An input was given that the pipeline does not declare."),
+    Code("INPUT_TYPE", "run", "An input has the wrong type."),
+    Code("VARIABLE_MISSING", "run", "A step reads a state variable that is not set."),
+    Code("VARIABLE_TYPE", "run", "A state variable has the wrong type for the step."),
+    Code("STATE_NOT_SERIALIZABLE", "run", "A value written to state or an inbox payload is not JSON."),
+    Code("STATE_PROTECTED", "run", "An action or model output tried to overwrite engine-owned state."),
+    Code("MAX_STEPS_EXCEEDED", "run", "The run took more steps than max_steps.",
+         "Raise settings.max_steps or --max-steps, or bound the loop with loop_guard."),
+    Code("INBOX_LEFTOVER", "run", "Inbox messages were never consumed (inbox.on_leftover: error)."),
+    Code("RUN_CANCELLED", "run", "The run was cancelled."),
+    Code("RUN_NOT_FOUND", "run", "No run with this id is in the store."),
+    Code("RUN_NOT_RESUMABLE", "run", "The run has completed or cannot be resumed."),
+    Code("PIPELINE_CHANGED", "run", "The pipeline changed since the run started.",
+         "Pass --force to resume against the changed pipeline."),
+    Code("STORE_ERROR", "run", "The run store failed."),
+    Code("ACTION_FAILED", "run", "An action raised an unexpected exception (a bug in the action)."),
+    Code("TRANSFORM_FAILED", "run", "A set_variables transform cannot apply to its value."),
+    Code("QUERY_EMPTY", "run", "A search has an empty query."),
+    Code("SEARCH_TYPE_UNRESOLVED", "run", "search_type auto could not be resolved."),
+    Code("PRIORITIZATION_MODE_INVALID", "run", "An inbox message asked for an unknown prioritization_mode."),
+    Code("PIPELINE_BUDGET_MISCONFIG", "run",
+         "The incoming texts alone cannot fit into max_context_tokens.",
+         "The retrieval budget is larger than the global budget; lower it."),
+    Code("INDEX_NOT_FOUND", "run", "The node index does not exist.", "Build it with `runtime index PATH`."),
+    Code("INDEX_ERROR", "run", "The node index failed."),
+    Code("EMBEDDINGS_UNAVAILABLE", "run", "Semantic search needs an embedding provider that is not installed.",
+         "pip install 'step-runtime[embeddings]' or configure an embeddings endpoint."),
+    Code("TOKENIZER_UNAVAILABLE", "run", "The tokenizer encoding is unknown or its files are not available.",
+         "Use cl100k_base or o200k_base; both ship with the install."),
+    # --- models (one subtree) ----------------------------------------------------
+    Code("CONTEXT_OVERFLOW", "model",
+         "The prompt plus reserved output tokens exceeds the model's context window."),
+    Code("INVALID_STRUCTURED_OUTPUT", "model", "The model's reply is not the JSON the step asked for."),
+    Code("MODEL_RATE_LIMITED", "model", "The model server answered 429 after all retries."),
+    Code("MODEL_TIMEOUT", "model", "The model server did not answer in time."),
+    Code("MODEL_PROVIDER_ERROR", "model", "The model server failed or answered malformed data."),
+    Code("MODEL_AUTH_ERROR", "model", "The model server refused the credentials.",
+         "Set the API key in the environment variable named by the model's settings."),
+    Code("MODEL_CONFIG_INVALID", "model", "A model spec or settings.models entry is malformed."),
+    Code("CASSETTE_EXHAUSTED", "model", "A replay cassette has no more recorded responses for this step."),
+    Code("CASSETTE_INVALID", "model", "A cassette file is missing or malformed."),
+    # --- usage ------------------------------------------------------------------
+    Code("USAGE", "usage", "The command line is wrong."),
+]
+
+CODES: dict[str, Code] = {c.name: c for c in _CODES}
+
+
+def get(name: str) -> Code:
+    """Return the code entry; an unknown name is a programming error."""
+    return CODES[name]

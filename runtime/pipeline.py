@@ -1,0 +1,158 @@
+"""The pipeline model: a validated pipeline as plain, immutable-by-convention data."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runtime.source import SourceMap
+
+DEFAULT_MAX_STEPS = 1000
+INPUT_TYPES = ("string", "integer", "number", "boolean", "array", "object", "any")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: its id, action name and full configuration mapping."""
+
+    id: str
+    action: str
+    config: Mapping[str, Any]
+    index: int
+
+    @property
+    def end(self) -> bool:
+        """True when the step stops the run (`end: true`)."""
+        return self.config.get("end") is True
+
+    @property
+    def next(self) -> str | None:
+        """The default transition."""
+        value = self.config.get("next")
+        return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A declared pipeline input."""
+
+    name: str
+    type: str = "any"
+    required: bool = True
+    default: Any = None
+    has_default: bool = False
+    description: str = ""
+
+
+@dataclass
+class Pipeline:
+    """A loaded pipeline (after `extends` merging)."""
+
+    name: str
+    steps: tuple[Step, ...]
+    settings: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    file: str | None = None
+    inputs: dict[str, InputSpec] | None = None  # None: any input is accepted
+    outputs: tuple[str, ...] = ()
+    inbox_on_leftover: str = "warn"
+    raw: dict[str, Any] = field(default_factory=dict)
+    source: SourceMap | None = None
+
+    def __post_init__(self) -> None:
+        self._by_id = {s.id: s for s in self.steps}
+        self.content_hash = hashlib.sha256(
+            json.dumps(self.raw, sort_keys=True, default=str).encode()
+        ).hexdigest()
+
+    @property
+    def entry_step_id(self) -> str:
+        """The step a run starts at."""
+        return str(self.settings.get("entry_step_id") or (self.steps[0].id if self.steps else ""))
+
+    @property
+    def max_steps(self) -> int:
+        """The global step limit (settings.max_steps, default 1000)."""
+        value = self.settings.get("max_steps")
+        return value if isinstance(value, int) and value > 0 else DEFAULT_MAX_STEPS
+
+    @property
+    def base_dir(self) -> Path:
+        """The folder relative paths resolve against."""
+        return Path(self.file).resolve().parent if self.file else Path.cwd()
+
+    @property
+    def prompts_dir(self) -> Path:
+        """Where prompt files live: settings.prompts_dir, else prompts/ beside the file."""
+        configured = self.settings.get("prompts_dir")
+        return self.base_dir / (configured if isinstance(configured, str) else "prompts")
+
+    def prompt_path(self, key: str) -> Path | None:
+        """The file for a prompt key (`key`, `key.md` or `key.txt`), or None when absent."""
+        base = self.prompts_dir
+        for candidate in (base / key, base / f"{key}.md", base / f"{key}.txt"):
+            if candidate.is_file():
+                return candidate
+        return None
+
+    def step(self, step_id: str) -> Step:
+        """The step with this id (KeyError when absent)."""
+        return self._by_id[step_id]
+
+    def has_step(self, step_id: str) -> bool:
+        """True when a step has this id."""
+        return step_id in self._by_id
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None,
+                  source: SourceMap | None = None) -> Pipeline:
+        """Build the model from a (validated) pipeline mapping."""
+        steps = tuple(
+            Step(id=str(s.get("id")), action=str(s.get("action")), config=dict(s), index=i)
+            for i, s in enumerate(data.get("steps") or [])
+            if isinstance(s, Mapping)
+        )
+        inputs_raw = data.get("inputs")
+        inputs: dict[str, InputSpec] | None = None
+        if isinstance(inputs_raw, Mapping):
+            inputs = {}
+            for name, spec in inputs_raw.items():
+                if isinstance(spec, str):
+                    spec = {"type": spec}
+                spec = spec if isinstance(spec, Mapping) else {}
+                has_default = "default" in spec
+                inputs[str(name)] = InputSpec(
+                    name=str(name),
+                    type=str(spec.get("type", "any")),
+                    required=bool(spec.get("required", not has_default)),
+                    default=spec.get("default"),
+                    has_default=has_default,
+                    description=str(spec.get("description", "")),
+                )
+        inbox = data.get("inbox") if isinstance(data.get("inbox"), Mapping) else {}
+        return cls(
+            name=str(data.get("name") or (Path(file).stem if file else "pipeline")),
+            description=str(data.get("description") or ""),
+            steps=steps,
+            settings=dict(data.get("settings") or {}),
+            file=file,
+            inputs=inputs,
+            outputs=tuple(str(o) for o in (data.get("outputs") or [])),
+            inbox_on_leftover=str(inbox.get("on_leftover", "warn")),
+            raw=_plain(data),
+            source=source,
+        )
+
+
+def _plain(value: Any) -> Any:
+    """Deep-copy into plain dict/list (drops source-position subclasses)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,84 @@
+"""Services that actions run against: tokens, models, the node store.
+
+The engine hands one `Services` to every step. Each service is created lazily on
+first use (heavy libraries load only when a step needs them) and may be injected
+by an embedding application. `runtime` modules only, never concrete actions.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+class Services:
+    """Lazily created, injectable services shared by the steps of a run."""
+
+    def __init__(
+        self,
+        *,
+        settings: Mapping[str, Any] | None = None,
+        token_counter: Any = None,
+        model_provider: Any = None,
+        node_store: Any = None,
+        index_path: str | None = None,
+        model_spec: str | None = None,
+        record_path: str | None = None,
+        base_dir: str | None = None,
+        on_model_chunk: Callable[[str], None] | None = None,
+    ) -> None:
+        self.settings: Mapping[str, Any] = settings or {}
+        self._token_counters: dict[str, Any] = {}
+        if token_counter is not None:
+            self._token_counters[getattr(token_counter, "encoding_name", "default")] = token_counter
+            self._default_counter = token_counter
+        else:
+            self._default_counter = None
+        self._model_provider = model_provider
+        self._node_store = node_store
+        self.index_path = index_path
+        self.model_spec = model_spec
+        self.record_path = record_path
+        self.base_dir = base_dir
+        self.on_model_chunk = on_model_chunk
+        self._lock = threading.Lock()
+
+    def tokens(self, encoding: str | None = None) -> Any:
+        """The TokenCounter for an encoding (default: settings.tokenizer, else cl100k_base)."""
+        if encoding is None and self._default_counter is not None:
+            return self._default_counter
+        name = encoding or str(self.settings.get("tokenizer") or "cl100k_base")
+        with self._lock:
+            counter = self._token_counters.get(name)
+            if counter is None:
+                from runtime.tokens import get_counter
+
+                counter = get_counter(name)
+                self._token_counters[name] = counter
+        return counter
+
+    def model(self, name: str | None = None) -> Any:
+        """The model provider for a named model (settings.models), the CLI spec, or the default."""
+        with self._lock:
+            if self._model_provider is not None and name is None:
+                return self._model_provider
+            from runtime.models import resolve_provider
+
+            provider = resolve_provider(
+                name, settings=self.settings, cli_spec=self.model_spec,
+                record_path=self.record_path, base_dir=self.base_dir,
+            )
+            if name is None:
+                self._model_provider = provider
+            return provider
+
+    @property
+    def node_store(self) -> Any:
+        """The node store (opened from index_path, RUNTIME_INDEX or .runtime/index.db)."""
+        with self._lock:
+            if self._node_store is None:
+                from runtime.nodestore import open_store
+
+                self._node_store = open_store(self.index_path)
+            return self._node_store
