@@ -190,5 +190,8 @@ class ActionInfo:
 
 def setting_ref(schema: dict[str, Any]) -> dict[str, Any]:
     """Schema for a ``*_from_settings`` companion field of a field with this schema."""
-    return {"type": "string", "minLength": 1,
-            "description": "Name of a settings key holding this value."}
+    return {
+        "type": "string",
+        "minLength": 1,
+        "description": "Name of a settings key holding this value.",
+    }

@@ -39,8 +39,9 @@ class StepRuntimeError(Exception):
     default_code: ClassVar[str] = "ACTION_FAILED"
     exit_code: ClassVar[int] = 1
 
-    def __init__(self, message: str, *, code: str | None = None, hint: str | None = None,
-                 **details: Any) -> None:
+    def __init__(
+        self, message: str, *, code: str | None = None, hint: str | None = None, **details: Any
+    ) -> None:
         self.code = code or self.default_code
         if self.code not in codes.CODES:
             raise ValueError(f"unknown error code {self.code!r}")
@@ -78,8 +79,16 @@ class LoadError(StepRuntimeError):
 
     default_code = "YAML_SYNTAX"
 
-    def __init__(self, message: str, *, code: str, file: str = "", line: int = 1, column: int = 1,
-                 hint: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        file: str = "",
+        line: int = 1,
+        column: int = 1,
+        hint: str | None = None,
+    ) -> None:
         super().__init__(message, code=code, hint=hint)
         self.file, self.line, self.column = file, line, column
 
@@ -102,8 +111,16 @@ class RunError(StepRuntimeError):
 
     default_code = "ACTION_FAILED"
 
-    def __init__(self, message: str, *, code: str | None = None, step_id: str | None = None,
-                 attempt: int | None = None, hint: str | None = None, **details: Any) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        step_id: str | None = None,
+        attempt: int | None = None,
+        hint: str | None = None,
+        **details: Any,
+    ) -> None:
         super().__init__(message, code=code, hint=hint, **details)
         self.step_id = step_id
         self.attempt = attempt

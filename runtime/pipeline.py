@@ -109,8 +109,9 @@ class Pipeline:
         return step_id in self._by_id
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, file: str | None = None,
-                  source: SourceMap | None = None) -> Pipeline:
+    def from_dict(
+        cls, data: Mapping[str, Any], *, file: str | None = None, source: SourceMap | None = None
+    ) -> Pipeline:
         """Build the model from a (validated) pipeline mapping."""
         steps = tuple(
             Step(id=str(s.get("id")), action=str(s.get("action")), config=dict(s), index=i)

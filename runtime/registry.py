@@ -44,10 +44,14 @@ class Registry:
                 if not (isinstance(obj, type) and issubclass(obj, Action)):
                     raise TypeError(f"{ep.value} is not an Action subclass")
                 if obj.name != ep.name:
-                    raise TypeError(f"{ep.value} declares name {obj.name!r}, entry point says {ep.name!r}")
+                    raise TypeError(
+                        f"{ep.value} declares name {obj.name!r}, entry point says {ep.name!r}"
+                    )
                 infos.append(ActionInfo(ep.name, obj, source))
             except Exception as exc:  # a broken plugin becomes a diagnostic, not a crash
-                infos.append(ActionInfo(ep.name, None, source, error=f"{type(exc).__name__}: {exc}"))
+                infos.append(
+                    ActionInfo(ep.name, None, source, error=f"{type(exc).__name__}: {exc}")
+                )
         return cls(infos)
 
     def register(self, action: type[Action], source: str = "given") -> None:

@@ -66,8 +66,11 @@ class Services:
             from runtime.models import resolve_provider
 
             provider = resolve_provider(
-                name, settings=self.settings, cli_spec=self.model_spec,
-                record_path=self.record_path, base_dir=self.base_dir,
+                name,
+                settings=self.settings,
+                cli_spec=self.model_spec,
+                record_path=self.record_path,
+                base_dir=self.base_dir,
             )
             if name is None:
                 self._model_provider = provider

@@ -10,14 +10,30 @@ import click
 # name -> (module, attribute, one-line help). The help lives here so listing the
 # commands imports none of them.
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "validate": ("runtime.cli.validate", "validate", "Validate pipeline files (all problems at once)."),
-    "lint": ("runtime.cli.validate", "lint", "Validate with warnings as errors (validate --strict)."),
+    "validate": (
+        "runtime.cli.validate",
+        "validate",
+        "Validate pipeline files (all problems at once).",
+    ),
+    "lint": (
+        "runtime.cli.validate",
+        "lint",
+        "Validate with warnings as errors (validate --strict).",
+    ),
     "schema": ("runtime.cli.schema", "schema", "Print the pipeline JSON Schema."),
     "graph": ("runtime.cli.graph", "graph", "Draw a pipeline's step graph (mermaid or dot)."),
-    "actions": ("runtime.cli.actions", "actions", "List the registered actions and where they come from."),
+    "actions": (
+        "runtime.cli.actions",
+        "actions",
+        "List the registered actions and where they come from.",
+    ),
     "explain": ("runtime.cli.explain", "explain", "Explain an error or diagnostic code."),
     "exec": ("runtime.cli.run", "exec_", "Run a pipeline."),
-    "resume": ("runtime.cli.run", "resume", "Resume a crashed or failed run from its last checkpoint."),
+    "resume": (
+        "runtime.cli.run",
+        "resume",
+        "Resume a crashed or failed run from its last checkpoint.",
+    ),
     "runs": ("runtime.cli.runs", "runs", "List runs in the run store."),
     "trace": ("runtime.cli.runs", "trace", "Show a run's trace."),
     "inspect": ("runtime.cli.inspect", "inspect", "Show what the runtime sees in a source file."),

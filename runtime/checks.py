@@ -1,0 +1,348 @@
+"""Graph and semantic checks: pure functions over plain pipeline data.
+
+Each check is a generator of `Finding` (a code, a message and a JSON path inside
+the pipeline). The validator maps paths to file positions; nothing here knows
+about files, YAML or output formats.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.action import Action, Transition
+from runtime.registry import Registry
+from runtime.source import PathT
+
+Step = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A problem at a path inside one pipeline."""
+
+    code: str
+    message: str
+    path: PathT
+    hint: str = ""
+    severity: str = "error"
+    key: bool = False
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """A "did you mean" hint, or ''."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else ""
+
+
+@dataclass
+class Graph:
+    """The step graph: ids, actions, and transitions (normal and catch)."""
+
+    steps: list[Step]
+    actions: dict[str, type[Action] | None]
+    ids: list[str]
+    edges: dict[str, list[tuple[Transition, PathT]]]
+    pos: dict[str, int]
+    unknown: set[str]  # steps whose action is not registered (already reported)
+
+    @classmethod
+    def build(cls, steps: Sequence[Step], registry: Registry) -> Graph:
+        """Collect transitions of every step through its action's `targets`."""
+        ids: list[str] = []
+        actions: dict[str, type[Action] | None] = {}
+        edges: dict[str, list[tuple[Transition, PathT]]] = {}
+        pos: dict[str, int] = {}
+        unknown: set[str] = set()
+        for i, step in enumerate(steps):
+            sid = step.get("id")
+            if not isinstance(sid, str) or sid in actions:
+                continue
+            ids.append(sid)
+            pos[sid] = i
+            action = registry.get(str(step.get("action")))
+            actions[sid] = action
+            if action is None:
+                # Unknown action (reported elsewhere): read every on_* field as a branch so
+                # one typo does not cascade into flow errors.
+                unknown.add(sid)
+                found = list(Action.targets(step)) + [
+                    Transition(k[3:], (k,), v)
+                    for k, v in step.items()
+                    if k.startswith("on_") and isinstance(v, str)
+                ]
+            else:
+                found = list(action.targets(step))
+            edges[sid] = [(t, ("steps", i, *t.path)) for t in found]
+        return cls(list(steps), actions, ids, edges, pos, unknown)
+
+    def successors(self, sid: str, *, with_catch: bool = True) -> list[str]:
+        """Known step ids this step can go to."""
+        return [
+            t.target
+            for t, _ in self.edges.get(sid, ())
+            if t.target in self.actions and (with_catch or not t.label.startswith("catch "))
+        ]
+
+    def is_terminal(self, step: Step) -> bool:
+        """True when the step ends the run."""
+        action = self.actions.get(str(step.get("id")))
+        return step.get("end") is True or bool(action and action.terminal)
+
+
+def check_ids(steps: Sequence[Step]) -> Iterator[Finding]:
+    """Duplicate step ids."""
+    seen: dict[str, int] = {}
+    for i, step in enumerate(steps):
+        sid = step.get("id")
+        if isinstance(sid, str):
+            if sid in seen:
+                yield Finding(
+                    "DUPLICATE_STEP_ID",
+                    f"step id {sid!r} is already used by step #{seen[sid] + 1}",
+                    ("steps", i, "id"),
+                )
+            else:
+                seen[sid] = i
+
+
+def check_entry(graph: Graph, settings: Mapping[str, Any]) -> Iterator[Finding]:
+    """settings.entry_step_id is set and names a step."""
+    entry = settings.get("entry_step_id")
+    if entry is None:
+        first = graph.ids[0] if graph.ids else "<first step id>"
+        yield Finding(
+            "ENTRY_STEP_MISSING",
+            "settings.entry_step_id is not set",
+            ("settings",),
+            hint=f"add `entry_step_id: {first}` under settings",
+            key=True,
+        )
+    elif isinstance(entry, str) and entry not in graph.actions:
+        yield Finding(
+            "ENTRY_STEP_UNKNOWN",
+            f"entry_step_id {entry!r} names no step",
+            ("settings", "entry_step_id"),
+            hint=did_you_mean(entry, graph.ids),
+        )
+
+
+def check_targets(graph: Graph) -> Iterator[Finding]:
+    """Every transition names an existing step."""
+    for sid in graph.ids:
+        for t, path in graph.edges[sid]:
+            if t.target not in graph.actions:
+                yield Finding(
+                    "UNKNOWN_STEP",
+                    f"step {sid!r} {t.label} -> {t.target!r}: no such step",
+                    path,
+                    hint=did_you_mean(t.target, graph.ids),
+                )
+
+
+def check_inbox_targets(graph: Graph) -> Iterator[Finding]:
+    """Inbox rules target existing steps."""
+    for i, step in enumerate(graph.steps):
+        action = graph.actions.get(str(step.get("id")))
+        if action is None:
+            continue
+        for rel, target in action.inbox_targets(step):
+            if target not in graph.actions:
+                yield Finding(
+                    "INBOX_TARGET_UNKNOWN",
+                    f"inbox rule targets unknown step {target!r}",
+                    ("steps", i, *rel),
+                    hint=did_you_mean(target, graph.ids),
+                    key=True,
+                )
+
+
+def _index_of(graph: Graph, sid: str) -> int:
+    return graph.pos.get(sid, 0)
+
+
+def check_flow(graph: Graph, settings: Mapping[str, Any]) -> Iterator[Finding]:
+    """Unreachable steps, steps with no way on, steps that never reach an end."""
+    entry = settings.get("entry_step_id")
+    if isinstance(entry, str) and entry in graph.actions:
+        reached = {entry}
+        queue = deque([entry])
+        while queue:
+            for nxt in graph.successors(queue.popleft()):
+                if nxt not in reached:
+                    reached.add(nxt)
+                    queue.append(nxt)
+        for sid in graph.ids:
+            if sid not in reached:
+                yield Finding(
+                    "UNREACHABLE_STEP",
+                    f"step {sid!r} is never reached from {entry!r}",
+                    ("steps", _index_of(graph, sid), "id"),
+                    severity="warning",
+                )
+    stuck: set[str] = set()
+    for sid in graph.ids:
+        step = graph.steps[_index_of(graph, sid)]
+        normal = [t for t, _ in graph.edges[sid] if not t.label.startswith("catch ")]
+        if not graph.is_terminal(step) and not normal and sid not in graph.unknown:
+            stuck.add(sid)
+            action = graph.actions.get(sid)
+            branches = ", ".join(f"on_{o}" for o in action.outcomes) if action else ""
+            yield Finding(
+                "NO_TRANSITION",
+                f"step {sid!r} has no way on and no `end: true`",
+                ("steps", _index_of(graph, sid), "id"),
+                hint=f"add `next:`{', ' + branches if branches else ''} or `end: true`",
+            )
+    # Reverse search from the ends; a step with an unknown target gets the benefit of the doubt.
+    preds: dict[str, list[str]] = {sid: [] for sid in graph.ids}
+    ends: list[str] = []
+    for sid in graph.ids:
+        step = graph.steps[_index_of(graph, sid)]
+        if (
+            graph.is_terminal(step)
+            or sid in graph.unknown
+            or any(t.target not in graph.actions for t, _ in graph.edges[sid])
+        ):
+            ends.append(sid)
+        for nxt in graph.successors(sid):
+            preds[nxt].append(sid)
+    can_end = set(ends)
+    queue = deque(ends)
+    while queue:
+        for prev in preds[queue.popleft()]:
+            if prev not in can_end:
+                can_end.add(prev)
+                queue.append(prev)
+    for sid in graph.ids:
+        if sid not in can_end and sid not in stuck:
+            yield Finding(
+                "NO_PATH_TO_END",
+                f"no path from step {sid!r} reaches an end",
+                ("steps", _index_of(graph, sid), "id"),
+            )
+
+
+def _cycles(nodes: list[str], succ: Mapping[str, list[str]]) -> list[list[str]]:
+    """Strongly connected components that contain a cycle (iterative Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = counter
+                counter += 1
+                stack.append(node)
+                on_stack.add(node)
+            children = succ.get(node, [])
+            if i < len(children):
+                work.append((node, i + 1))
+                child = children[i]
+                if child not in index:
+                    work.append((child, 0))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    comp.append(member)
+                    if member == node:
+                        break
+                if len(comp) > 1 or node in succ.get(node, []):
+                    out.append(comp)
+    return out
+
+
+def check_cycles(graph: Graph, settings: Mapping[str, Any]) -> Iterator[Finding]:
+    """Cycles that pass no bounding step, unless the pipeline sets max_steps."""
+    if isinstance(settings.get("max_steps"), int):
+        return
+    # A cycle is bounded iff it passes a bounding step: drop those and look for cycles left.
+    free = [s for s in graph.ids if not (graph.actions.get(s) and graph.actions[s].bounds_loops)]
+    keep = set(free)
+    succ = {s: [n for n in graph.successors(s) if n in keep] for s in free}
+    for comp in _cycles(free, succ):
+        order = sorted(comp, key=lambda s: _index_of(graph, s))
+        yield Finding(
+            "UNBOUNDED_CYCLE",
+            f"steps {', '.join(order)} form a cycle that passes no loop_guard",
+            ("steps", _index_of(graph, order[0]), "id"),
+        )
+
+
+def check_settings_refs(
+    steps: Sequence[Step], settings: Mapping[str, Any], registry: Registry
+) -> Iterator[Finding]:
+    """`*_from_settings` fields name an existing setting of the right type."""
+    import jsonschema
+
+    for i, step in enumerate(steps):
+        action = registry.get(str(step.get("action")))
+        for field, value in step.items():
+            if not field.endswith("_from_settings") or not isinstance(value, str):
+                continue
+            path = ("steps", i, field)
+            if value not in settings:
+                yield Finding(
+                    "SETTING_MISSING",
+                    f"{field} names setting {value!r}, which is not set",
+                    path,
+                    hint=did_you_mean(value, list(settings)),
+                )
+                continue
+            target = field[: -len("_from_settings")]
+            schema = action.fields.get(target) if action else None
+            if schema:
+                validator = jsonschema.Draft202012Validator(schema)
+                error = next(iter(validator.iter_errors(settings[value])), None)
+                if error is not None:
+                    yield Finding(
+                        "SETTING_TYPE",
+                        f"setting {value!r} (read by {field}) is invalid for {target}: "
+                        f"{error.message}",
+                        ("settings", value),
+                    )
+
+
+def check_actions(
+    steps: Sequence[Step], settings: Mapping[str, Any], registry: Registry
+) -> Iterator[Finding]:
+    """Each action's own cross-field rules."""
+    for i, step in enumerate(steps):
+        action = registry.get(str(step.get("action")))
+        if action is None:
+            continue
+        for p in action.check(step, settings):
+            yield Finding(p.code, p.message, ("steps", i, *p.path), p.hint, p.severity, p.key)
+
+
+def run_all(
+    steps: Sequence[Step], settings: Mapping[str, Any], registry: Registry
+) -> Iterator[Finding]:
+    """Every graph and semantic check."""
+    graph = Graph.build(steps, registry)
+    yield from check_ids(steps)
+    yield from check_entry(graph, settings)
+    yield from check_targets(graph)
+    yield from check_inbox_targets(graph)
+    yield from check_flow(graph, settings)
+    yield from check_cycles(graph, settings)
+    yield from check_settings_refs(steps, settings, registry)
+    yield from check_actions(steps, settings, registry)

@@ -1,0 +1,157 @@
+"""`extends`: merge a pipeline onto its parent, following chains and refusing cycles.
+
+Settings are deep-merged (child scalars win, maps merge, lists are replaced);
+steps are merged by `id` (child keys override, new steps append); other
+top-level keys: the child's value wins. Merged values keep their origin file,
+so diagnostics point into the file a value came from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from runtime.diagnostics import Diagnostic
+from runtime.loader import PipelineDoc, YamlFile, _diag, pipelines_in, read_yaml
+from runtime.source import LList, LMap, Location
+
+
+class FileCache:
+    """Parses each file once per validation pass."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[YamlFile, list[PipelineDoc], list[Diagnostic]]] = {}
+
+    def get(self, path: str) -> tuple[YamlFile, list[PipelineDoc], list[Diagnostic]]:
+        """The parsed file, its pipelines and the problems found while reading it."""
+        key = str(Path(path).resolve())
+        if key not in self._files:
+            yf = read_yaml(path)
+            docs, problems = pipelines_in(yf)
+            self._files[key] = (yf, docs, yf.diagnostics + problems)
+        return self._files[key]
+
+
+def _merge_settings(parent: Any, child: Any) -> Any:
+    if isinstance(parent, LMap) and isinstance(child, LMap):
+        out = LMap(child.loc)
+        for key in parent:
+            out.copy_entry(parent, key)
+        for key in child:
+            if key in out:
+                merged = _merge_settings(out[key], child[key])
+                out.put(key, merged, child.key_locs.get(key), child.val_locs.get(key))
+            else:
+                out.copy_entry(child, key)
+        return out
+    return child
+
+
+def _merge_steps(parent: Any, child: Any) -> Any:
+    if not isinstance(parent, LList) or not isinstance(child, LList):
+        return child if child is not None else parent
+    out = LList(child.loc)
+    child_by_id = {
+        s.get("id"): (s, child.item_locs[i])
+        for i, s in enumerate(child)
+        if isinstance(s, LMap) and isinstance(s.get("id"), str)
+    }
+    used: set[str] = set()
+    for i, step in enumerate(parent):
+        sid = step.get("id") if isinstance(step, LMap) else None
+        if isinstance(sid, str) and sid in child_by_id:
+            override, loc = child_by_id[sid]
+            merged = LMap(override.loc)
+            for key in step:
+                merged.copy_entry(step, key)
+            for key in override:
+                merged.copy_entry(override, key)
+            out.push(merged, loc)
+            used.add(sid)
+        else:
+            out.push(step, parent.item_locs[i])
+    for i, step in enumerate(child):
+        sid = step.get("id") if isinstance(step, LMap) else None
+        if not (isinstance(sid, str) and sid in used):
+            out.push(step, child.item_locs[i])
+    return out
+
+
+def merge(parent: LMap, child: LMap) -> LMap:
+    """The child pipeline merged onto its parent."""
+    out = LMap(child.loc)
+    for key in parent:
+        if key not in ("extends", "abstract"):
+            out.copy_entry(parent, key)
+    for key in child:
+        if key == "extends":
+            continue
+        if key == "settings" and key in out:
+            out.put(
+                key,
+                _merge_settings(out[key], child[key]),
+                child.key_locs.get(key),
+                child.val_locs.get(key),
+            )
+        elif key == "steps" and key in out:
+            out.put(
+                key,
+                _merge_steps(out[key], child[key]),
+                child.key_locs.get(key),
+                child.val_locs.get(key),
+            )
+        else:
+            out.copy_entry(child, key)
+    return out
+
+
+def resolve(
+    doc: PipelineDoc, cache: FileCache, _stack: tuple[tuple[str, str], ...] = ()
+) -> tuple[LMap, list[Diagnostic]]:
+    """The pipeline with its `extends` chain applied, and the problems found on the way."""
+    ref = doc.data.get("extends")
+    if ref is None:
+        return doc.data, []
+    loc = doc.data.val_locs.get("extends") or doc.data.loc or Location(doc.file, 1, 1)
+    path = (*doc.prefix, "extends")
+    if not isinstance(ref, str) or not ref.strip():
+        return doc.data, [
+            _diag("SCHEMA_TYPE", "extends must be a file path (optionally #name)", loc, path)
+        ]
+    file_part, _, name = ref.partition("#")
+    target = (
+        str((Path(doc.file).parent / file_part).resolve())
+        if file_part
+        else str(Path(doc.file).resolve())
+    )
+    me = (str(Path(doc.file).resolve()), doc.name)
+    stack = (*_stack, me)
+    _yf, docs, problems = cache.get(target)
+    if any(d.code == "FILE_NOT_FOUND" for d in problems):
+        return doc.data, [
+            _diag("FILE_NOT_FOUND", f"extends names a missing file: {file_part}", loc, path)
+        ]
+    if name:
+        matches = [d for d in docs if d.name == name]
+        if not matches:
+            names = ", ".join(sorted(d.name for d in docs)) or "none"
+            return doc.data, [
+                _diag(
+                    "EXTENDS_TARGET_UNKNOWN",
+                    f"{file_part or 'this file'} has no pipeline named {name!r} (it has: {names})",
+                    loc,
+                    path,
+                )
+            ]
+        parent_doc = matches[0]
+    else:
+        if len(docs) != 1:
+            return doc.data, [*problems, _diag("EXTENDS_TARGET_UNKNOWN", f"{file_part} holds {len(docs)} pipelines; name one with {file_part}#name", loc, path)]
+        parent_doc = docs[0]
+    key = (str(Path(parent_doc.file).resolve()), parent_doc.name)
+    if key in stack:
+        chain = " -> ".join(f"{Path(f).name}#{n}" for f, n in (*stack, key))
+        return doc.data, [_diag("EXTENDS_CYCLE", f"extends cycle: {chain}", loc, path)]
+    parent, parent_problems = resolve(parent_doc, cache, stack)
+    errors = [p for p in problems + parent_problems if p.severity == "error"]
+    return merge(parent, doc.data), errors

@@ -1,0 +1,240 @@
+"""The pipeline JSON Schema (Draft 2020-12), generated from the action registry.
+
+Each action owns the schema of its step fields; this module adds the fields
+every step has (id, action, next, end, retry, catch, ...) and the document
+around the steps. The result is checked in as `schemas/pipeline.schema.json`
+(a test fails when it is stale) and printed by `runtime schema`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from runtime.action import STEP_ID_PATTERN, VARIABLE_PATTERN, Action
+from runtime.pipeline import INPUT_TYPES
+from runtime.registry import Registry
+
+SCHEMA_ID = "https://step-runtime.dev/schemas/pipeline.schema.json"
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+_step_ref = {"type": "string", "pattern": STEP_ID_PATTERN}
+
+COMMON_STEP_FIELDS: dict[str, Any] = {
+    "id": {"type": "string", "pattern": STEP_ID_PATTERN, "description": "Unique step id."},
+    "action": {"type": "string", "description": "Registered action name (`runtime actions`)."},
+    "description": {"type": "string", "description": "What this step is for."},
+    "next": {**_step_ref, "description": "Step to go to when the action chooses no branch."},
+    "end": {"type": "boolean", "description": "Stop the run after this step."},
+    "retry": {
+        "type": "object",
+        "description": "Retry the step on errors (Amazon States Language style).",
+        "properties": {
+            "max_attempts": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 100,
+                "description": "Attempts in all, the first included.",
+            },
+            "on": {
+                "type": "array",
+                "items": {"type": "string", "pattern": "^[A-Z][A-Z0-9_]*$"},
+                "description": "Error codes to retry (default: every model error).",
+            },
+            "backoff": {
+                "type": "object",
+                "properties": {
+                    "initial_seconds": {"type": "number", "minimum": 0},
+                    "multiplier": {"type": "number", "minimum": 1},
+                    "max_seconds": {"type": "number", "minimum": 0},
+                    "jitter": {"type": "boolean"},
+                },
+                "additionalProperties": False,
+            },
+        },
+        "additionalProperties": False,
+    },
+    "catch": {
+        "type": "object",
+        "description": "Error code (or ALL) -> step id to go to when the step fails.",
+        "propertyNames": {"pattern": "^[A-Z][A-Z0-9_]*$"},
+        "additionalProperties": _step_ref,
+    },
+}
+
+SETTINGS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Pipeline settings; unknown keys are allowed (read by *_from_settings fields).",
+    "properties": {
+        "entry_step_id": {**_step_ref, "description": "The step a run starts at."},
+        "max_context_tokens": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Global prompt budget in tokens.",
+        },
+        "max_turn_loops": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Default limit of loop_guard steps.",
+        },
+        "max_steps": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Global step limit of a run (default 1000).",
+        },
+        "top_k": {"type": "integer", "minimum": 1, "description": "Default search result count."},
+        "tokenizer": {
+            "type": "string",
+            "enum": ["cl100k_base", "o200k_base"],
+            "description": "Token encoding for budgets.",
+        },
+        "prompts_dir": {"type": "string", "description": "Prompt folder relative to the file."},
+        "search_type": {"type": "string", "enum": ["bm25", "semantic", "hybrid"]},
+        "repository": {"type": "string"},
+        "snapshot": {"type": "string"},
+        "allowed_labels": {"type": "array", "items": {"type": "string"}},
+        "default_model": {"type": "string"},
+        "models": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["provider"],
+                "properties": {
+                    "provider": {"type": "string", "enum": ["openai", "extractive", "replay"]},
+                    "model": {"type": "string"},
+                    "base_url": {"type": "string"},
+                    "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                    "context_window": {"type": "integer", "minimum": 1},
+                    "tokenizer": {"type": "string", "enum": ["cl100k_base", "o200k_base"]},
+                    "timeout_seconds": {"type": "number", "exclusiveMinimum": 0},
+                    "connect_timeout_seconds": {"type": "number", "exclusiveMinimum": 0},
+                    "max_retries": {"type": "integer", "minimum": 0},
+                    "cassette": {"type": "string"},
+                    "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
+                "additionalProperties": False,
+            },
+        },
+    },
+    "additionalProperties": True,
+}
+
+INPUT_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "enum": list(INPUT_TYPES)},
+        {
+            "type": "object",
+            "properties": {
+                "type": {"type": "string", "enum": list(INPUT_TYPES)},
+                "required": {"type": "boolean"},
+                "default": {},
+                "description": {"type": "string"},
+            },
+            "additionalProperties": False,
+        },
+    ]
+}
+
+PIPELINE_FIELDS: dict[str, Any] = {
+    "name": {"type": "string", "minLength": 1, "description": "Pipeline name."},
+    "description": {"type": "string"},
+    "extends": {
+        "type": "string",
+        "minLength": 1,
+        "description": "Parent pipeline: path relative to this file, optionally #name.",
+    },
+    "abstract": {
+        "type": "boolean",
+        "description": "A base only meant to be extended: not graph-checked, cannot run.",
+    },
+    "settings": {"$ref": "#/$defs/settings"},
+    "inputs": {
+        "type": "object",
+        "description": "Declared inputs; with none declared any input is accepted.",
+        "propertyNames": {"pattern": VARIABLE_PATTERN},
+        "additionalProperties": {"$ref": "#/$defs/input"},
+    },
+    "outputs": {
+        "type": "array",
+        "items": {"type": "string", "pattern": VARIABLE_PATTERN},
+        "description": "State variables that make up the run's output.",
+    },
+    "inbox": {
+        "type": "object",
+        "properties": {"on_leftover": {"type": "string", "enum": ["error", "warn", "ignore"]}},
+        "additionalProperties": False,
+    },
+    "steps": {"type": "array", "items": {"$ref": "#/$defs/step"}},
+}
+
+
+def action_def(action: type[Action]) -> dict[str, Any]:
+    """The schema of one action's steps: common fields plus the action's own."""
+    properties = dict(COMMON_STEP_FIELDS)
+    properties["action"] = {"const": action.name, "description": action.summary}
+    properties.update(action.fields)
+    schema: dict[str, Any] = {
+        "type": "object",
+        "title": action.name,
+        "description": action.summary,
+        "required": ["id", "action", *action.required],
+        "properties": properties,
+        "additionalProperties": False,
+    }
+    schema.update(action.schema_extra)
+    return schema
+
+
+def document_schema(registry: Registry) -> dict[str, Any]:
+    """The whole document schema."""
+    names = registry.names()
+    defs: dict[str, Any] = {
+        "settings": SETTINGS_SCHEMA,
+        "input": INPUT_SCHEMA,
+        "pipeline": {
+            "type": "object",
+            "properties": PIPELINE_FIELDS,
+            "additionalProperties": False,
+            "anyOf": [{"required": ["steps"]}, {"required": ["extends"]}],
+        },
+        "step": {
+            "type": "object",
+            "required": ["id", "action"],
+            "properties": {"action": {"enum": names, "description": "Registered action name."}},
+            "allOf": [
+                {
+                    "if": {"properties": {"action": {"const": n}}, "required": ["action"]},
+                    "then": {"$ref": f"#/$defs/action_{n}"},
+                }
+                for n in names
+            ],
+        },
+    }
+    for n in names:
+        cls = registry.get(n)
+        assert cls is not None
+        defs[f"action_{n}"] = action_def(cls)
+    return {
+        "$schema": DIALECT,
+        "$id": SCHEMA_ID,
+        "title": "step-runtime pipeline",
+        "description": "A step-runtime pipeline file: one pipeline, YAMLpipeline, or a YAMLpipelines pack.",
+        "type": "object",
+        "properties": {
+            **PIPELINE_FIELDS,
+            "YAMLpipeline": {"$ref": "#/$defs/pipeline"},
+            "YAMLpipelines": {
+                "anyOf": [
+                    {"type": "array", "items": {"$ref": "#/$defs/pipeline"}},
+                    {"type": "object", "additionalProperties": {"$ref": "#/$defs/pipeline"}},
+                ]
+            },
+        },
+        "additionalProperties": False,
+        "$defs": defs,
+    }
+
+
+def render(schema: dict[str, Any]) -> str:
+    """The checked-in text form (stable key order, trailing newline)."""
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
