@@ -317,7 +317,7 @@ def check_settings_refs(
                         "SETTING_TYPE",
                         f"setting {value!r} (read by {field}) is invalid for {target}: "
                         f"{error.message}",
-                        ("settings", value),
+                        path,
                     )
 
 

@@ -16,6 +16,12 @@ from runtime.loader import PipelineDoc, YamlFile, _diag, pipelines_in, read_yaml
 from runtime.source import LList, LMap, Location
 
 
+class _Cycle(Exception):
+    def __init__(self, chain: list[tuple[str, str]]) -> None:
+        super().__init__("extends cycle")
+        self.chain = chain
+
+
 class FileCache:
     """Parses each file once per validation pass."""
 
@@ -146,12 +152,26 @@ def resolve(
         parent_doc = matches[0]
     else:
         if len(docs) != 1:
-            return doc.data, [*problems, _diag("EXTENDS_TARGET_UNKNOWN", f"{file_part} holds {len(docs)} pipelines; name one with {file_part}#name", loc, path)]
+            return doc.data, [
+                *problems,
+                _diag(
+                    "EXTENDS_TARGET_UNKNOWN",
+                    f"{file_part} holds {len(docs)} pipelines; name one with {file_part}#name",
+                    loc,
+                    path,
+                ),
+            ]
         parent_doc = docs[0]
     key = (str(Path(parent_doc.file).resolve()), parent_doc.name)
     if key in stack:
-        chain = " -> ".join(f"{Path(f).name}#{n}" for f, n in (*stack, key))
+        raise _Cycle([*stack, key])
+    try:
+        parent, parent_problems = resolve(parent_doc, cache, stack)
+    except _Cycle as cycle:
+        if _stack:
+            raise
+        # Reported once, at the extends line of the pipeline being validated.
+        chain = " -> ".join(f"{Path(f).name}#{n}" for f, n in cycle.chain)
         return doc.data, [_diag("EXTENDS_CYCLE", f"extends cycle: {chain}", loc, path)]
-    parent, parent_problems = resolve(parent_doc, cache, stack)
     errors = [p for p in problems + parent_problems if p.severity == "error"]
     return merge(parent, doc.data), errors

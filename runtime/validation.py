@@ -347,6 +347,8 @@ def _validate_doc(
     for_execution: bool,
 ) -> tuple[list[Diagnostic], Pipeline | None]:
     merged, problems = resolve(doc, cache)
+    if any(p.severity == "error" for p in problems):
+        return problems, None  # the merged pipeline would only repeat the extends problem
     sm = SourceMap(merged, doc.file, doc.prefix)
     pipeline = Pipeline.from_dict(merged, file=doc.file, source=sm)
     # An abstract pipeline is a base for `extends`: schema-checked, but not a runnable graph.
