@@ -1,0 +1,1 @@
+"""Shipped example pipelines (a data package inside the wheel)."""

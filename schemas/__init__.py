@@ -1,0 +1,1 @@
+"""The published JSON Schema (a data package inside the wheel)."""
