@@ -113,7 +113,8 @@ def action_pages(registry: Registry | None = None) -> dict[Path, str]:
         if not page.is_file() or action is None:
             continue
         text = page.read_text(encoding="utf-8")
-        new = _FIELDS.sub(lambda m: m.group(1) + field_table(action) + m.group(2), text)
+        table = field_table(action)
+        new = _FIELDS.sub(lambda m, t=table: m.group(1) + t + m.group(2), text)
         if new != text:
             changed[page] = new
     return changed
