@@ -1,9 +1,12 @@
-"""Inbox messages exchanged between steps (the Inbox queue itself is added by the engine work)."""
+"""The inbox: messages between steps, consumed FIFO and once on entry to their target."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from runtime.state import check_json
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,54 @@ class Message:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Message:
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
         """Inverse of to_dict."""
-        return cls(**data)
+        return cls(**dict(data))
+
+
+class Inbox:
+    """Pending messages of one run, with deterministic ids."""
+
+    def __init__(self, messages: list[Message] | None = None, seq: int = 0) -> None:
+        self.messages: list[Message] = list(messages or [])
+        self.seq = seq
+
+    def enqueue(
+        self,
+        sender: str | None,
+        target: str,
+        topic: str,
+        payload: Mapping[str, Any],
+        attempt: int = 1,
+    ) -> Message:
+        """Add a message; the payload must be JSON."""
+        data = dict(payload)
+        check_json(data, f"inbox payload for {target!r}", sender)
+        self.seq += 1
+        msg = Message(f"m{self.seq}", sender, target, topic, data, attempt)
+        self.messages.append(msg)
+        return msg
+
+    def requeue(self, message: Message, sender: str | None) -> Message:
+        """Put a consumed message back for its target with attempt + 1."""
+        return self.enqueue(
+            sender, message.target_step_id, message.topic, message.payload, message.attempt + 1
+        )
+
+    def consume(self, target: str) -> list[Message]:
+        """Remove and return every message for a step, oldest first."""
+        taken = [m for m in self.messages if m.target_step_id == target]
+        if taken:
+            self.messages = [m for m in self.messages if m.target_step_id != target]
+        return taken
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for checkpoints."""
+        return {"seq": self.seq, "messages": [m.to_dict() for m in self.messages]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Inbox:
+        """Inverse of to_dict."""
+        return cls(
+            [Message.from_dict(m) for m in data.get("messages", [])], int(data.get("seq", 0))
+        )

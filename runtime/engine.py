@@ -1,0 +1,394 @@
+"""The interpreter: consume the inbox, run the action, trace, checkpoint, choose the next step.
+
+Transition precedence: `end: true`, then the action's outcome (stop, an explicit
+target, or the `on_<branch>` field), then `next`. Per-step `retry` and `catch`
+follow Amazon States Language. Every failure is a coded `RunError` naming the step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.action import Action, Outcome
+from runtime.context import Context
+from runtime.errors import (
+    MaxStepsExceededError,
+    ModelError,
+    RunCancelledError,
+    RunError,
+    StepRuntimeError,
+)
+from runtime.inbox import Inbox
+from runtime.pipeline import Pipeline, Step
+from runtime.registry import Registry, default_registry
+from runtime.services import Services
+from runtime.state import RunState, apply_inputs
+from runtime.trace import Tracer, summarize
+
+_MODEL_CODES = frozenset(
+    {"MODEL_RATE_LIMITED", "MODEL_TIMEOUT", "MODEL_PROVIDER_ERROR", "INVALID_STRUCTURED_OUTPUT"}
+)
+
+
+@dataclass
+class RunResult:
+    """The outcome of a run, in the shape of `runtime exec --json`."""
+
+    run_id: str
+    status: str
+    steps: list[str]
+    state: dict[str, Any]
+    output: Any
+    error: RunError | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of the CLI contract."""
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "steps": self.steps,
+            "state": self.state,
+            "output": self.output,
+            "error": self.error.to_dict() if self.error else None,
+        }
+
+
+def output_of(pipeline: Pipeline, variables: Mapping[str, Any]) -> Any:
+    """The run's output: the declared outputs, else final_answer / answer."""
+    if pipeline.outputs:
+        return {name: variables.get(name) for name in pipeline.outputs}
+    for name in ("final_answer", "answer"):
+        if name in variables:
+            return variables[name]
+    return None
+
+
+@dataclass
+class _Position:
+    step_id: str | None
+    state: RunState
+    inbox: Inbox
+
+
+class Engine:
+    """Runs one pipeline; thread-safe for many concurrent runs."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        registry: Registry | None = None,
+        services: Services | None = None,
+        store: Any = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.pipeline = pipeline
+        self.registry = registry or default_registry()
+        self.services = services or Services(
+            settings=pipeline.settings, base_dir=str(pipeline.base_dir)
+        )
+        self.store = store
+        self.sleep = sleep
+        self._actions: dict[str, Action] = {}
+        for step in pipeline.steps:
+            cls = self.registry.get(step.action)
+            if cls is None:
+                raise RunError(
+                    f"action {step.action!r} is not registered",
+                    code="UNKNOWN_ACTION",
+                    step_id=step.id,
+                )
+            self._actions[step.id] = cls()
+
+    # --- public --------------------------------------------------------------
+    def run(
+        self,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        max_steps: int | None = None,
+        cancel: threading.Event | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> RunResult:
+        """Start a run and drive it to completion or failure."""
+        run_id = run_id or uuid.uuid4().hex[:12]
+        variables = apply_inputs(self.pipeline, inputs or {})
+        state = RunState(variables=dict(variables))
+        tracer = Tracer(run_id, listeners=[on_event] if on_event else [])
+        if self.store is not None:
+            self.store.create_run(run_id, self.pipeline, dict(inputs or {}))
+        tracer.emit("RUN_STARTED", None, pipeline=self.pipeline.name, inputs=sorted(variables))
+        pos = _Position(self.pipeline.entry_step_id, state, Inbox())
+        return self._drive(run_id, pos, tracer, variables, max_steps, cancel)
+
+    def resume(
+        self,
+        run_id: str,
+        *,
+        force: bool = False,
+        max_steps: int | None = None,
+        cancel: threading.Event | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> RunResult:
+        """Continue a run from its last checkpoint in the store."""
+        if self.store is None:
+            raise RunError("resume needs a run store", code="STORE_ERROR")
+        saved = self.store.load(run_id)
+        if saved["status"] == "completed":
+            raise RunError(f"run {run_id} has completed", code="RUN_NOT_RESUMABLE")
+        if saved["content_hash"] != self.pipeline.content_hash and not force:
+            raise RunError(f"pipeline changed since run {run_id} started", code="PIPELINE_CHANGED")
+        engine = saved["engine"]
+        state = RunState(
+            variables=saved["variables"],
+            counters=engine.get("counters", {}),
+            step_trace=engine.get("step_trace", []),
+            step_count=engine.get("step_count", 0),
+        )
+        inbox = Inbox.from_dict(engine.get("inbox", {}))
+        tracer = Tracer(run_id, seq=saved["event_seq"], listeners=[on_event] if on_event else [])
+        position = saved["position"]
+        if saved.get("fresh"):  # killed before its first checkpoint: start from the entry
+            state.variables = apply_inputs(self.pipeline, saved["inputs"])
+            position = self.pipeline.entry_step_id
+        self.store.set_status(run_id, "running")
+        tracer.emit("RUN_RESUMED", None, position=position, forced=force)
+        pos = _Position(position, state, inbox)
+        return self._drive(run_id, pos, tracer, saved["inputs"], max_steps, cancel)
+
+    # --- loop ----------------------------------------------------------------
+    def _drive(
+        self,
+        run_id: str,
+        pos: _Position,
+        tracer: Tracer,
+        inputs: Mapping[str, Any],
+        max_steps: int | None,
+        cancel: threading.Event | None,
+    ) -> RunResult:
+        limit = max_steps or self.pipeline.max_steps
+        rng = random.Random(int(hashlib.sha256(run_id.encode()).hexdigest()[:16], 16))
+        error: RunError | None = None
+        try:
+            while pos.step_id is not None:
+                if cancel is not None and cancel.is_set():
+                    raise RunCancelledError("the run was cancelled", step_id=pos.step_id)
+                if pos.state.step_count >= limit:
+                    raise MaxStepsExceededError(
+                        f"run took more than {limit} steps", step_id=pos.step_id
+                    )
+                pos.step_id = self._visit(run_id, pos, tracer, inputs, rng)
+                self._checkpoint(run_id, pos, tracer, "running")
+            self._leftovers(pos, tracer)
+        except RunError as exc:
+            error = exc
+            tracer.emit("RUN_FAILED", exc.step_id, code=exc.code, message=exc.message)
+        status = "failed" if error else "completed"
+        if not error:
+            tracer.emit("RUN_COMPLETED", None, steps=pos.state.step_count)
+        result = RunResult(
+            run_id,
+            status,
+            list(pos.state.step_trace),
+            dict(pos.state.variables),
+            output_of(self.pipeline, pos.state.variables),
+            error,
+        )
+        if self.store is not None:
+            self._checkpoint(run_id, pos, tracer, status)
+            self.store.finish(run_id, status, result.output, error.to_dict() if error else None)
+        else:
+            result.events = tracer.drain()
+        return result
+
+    def _visit(
+        self,
+        run_id: str,
+        pos: _Position,
+        tracer: Tracer,
+        inputs: Mapping[str, Any],
+        rng: random.Random,
+    ) -> str | None:
+        step = self.pipeline.step(pos.step_id or "")
+        action = self._actions[step.id]
+        messages = pos.inbox.consume(step.id)
+        for m in messages:
+            tracer.emit("INBOX_CONSUME", step.id, message=m.to_dict())
+        retry = step.config.get("retry") if isinstance(step.config.get("retry"), Mapping) else {}
+        attempts = int(retry.get("max_attempts", 1))
+        attempt = 1
+        while True:
+            ctx = Context(
+                run_id=run_id,
+                step=step,
+                pipeline=self.pipeline,
+                state=pos.state,
+                inbox=pos.inbox,
+                messages=list(messages),
+                services=self.services,
+                tracer=tracer,
+                inputs=inputs,
+                attempt=attempt,
+            )
+            started = time.perf_counter()
+            try:
+                outcome = action.run(ctx)
+                if outcome is not None and not isinstance(outcome, Outcome):
+                    raise RunError(
+                        f"action {step.action!r} returned {type(outcome).__name__}, not an Outcome",
+                        code="ACTION_FAILED",
+                    )
+            except StepRuntimeError as exc:
+                err = self._as_run_error(exc, step, attempt)
+            except Exception as exc:  # a bug in the action: coded, traceback kept in the trace
+                err = RunError(
+                    f"action {step.action!r} raised {type(exc).__name__}: {exc}",
+                    code="ACTION_FAILED",
+                    step_id=step.id,
+                    attempt=attempt,
+                )
+                tracer.emit("ACTION_EXCEPTION", step.id, traceback=traceback.format_exc())
+            else:
+                return self._finish_visit(step, ctx, outcome, pos, tracer, started, attempt)
+            if attempt < attempts and self._retryable(err, retry):
+                delay = self._backoff(retry, attempt, rng)
+                tracer.emit("RETRY", step.id, code=err.code, attempt=attempt, delay_s=delay)
+                self.sleep(delay)
+                attempt += 1
+                continue
+            return self._catch(step, err, pos, tracer)
+
+    def _finish_visit(
+        self,
+        step: Step,
+        ctx: Context,
+        outcome: Outcome | None,
+        pos: _Position,
+        tracer: Tracer,
+        started: float,
+        attempt: int,
+    ) -> str | None:
+        written, sent = ctx.commit()
+        for m in sent:
+            tracer.emit("INBOX_ENQUEUE", step.id, message=m.to_dict())
+        pos.state.step_trace.append(step.id)
+        pos.state.step_count += 1
+        nxt, label = self._choose(step, outcome)
+        tracer.emit(
+            "STEP",
+            step.id,
+            action=step.action,
+            outcome=label,
+            next=nxt,
+            attempt=attempt,
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            read=sorted(ctx.read),
+            wrote={
+                n: summarize(pos.state.variables[n]) if n in pos.state.variables else None
+                for n in written
+            },
+        )
+        return nxt
+
+    def _choose(self, step: Step, outcome: Outcome | None) -> tuple[str | None, str]:
+        if step.end:
+            return None, "end"
+        if outcome is not None:
+            if outcome.stop:
+                return None, "end"
+            if outcome.target is not None:
+                return outcome.target, outcome.label or "route"
+            if outcome.branch is not None:
+                target = step.config.get(f"on_{outcome.branch}")
+                if isinstance(target, str):
+                    return target, outcome.branch
+        if step.next is not None:
+            return step.next, "next"
+        raise RunError(
+            f"step {step.id!r} chose {outcome.label if outcome else 'no branch'} "
+            "but has no transition for it",
+            code="NO_TRANSITION",
+            step_id=step.id,
+        )
+
+    def _catch(self, step: Step, err: RunError, pos: _Position, tracer: Tracer) -> str | None:
+        catch = step.config.get("catch") if isinstance(step.config.get("catch"), Mapping) else {}
+        target = catch.get(err.code) or catch.get("ALL")
+        if not isinstance(target, str):
+            raise err
+        pos.state.variables["last_error"] = {
+            "code": err.code,
+            "message": err.message,
+            "step_id": step.id,
+        }
+        pos.state.step_trace.append(step.id)
+        pos.state.step_count += 1
+        tracer.emit("CATCH", step.id, code=err.code, message=err.message, next=target)
+        return target
+
+    @staticmethod
+    def _as_run_error(exc: StepRuntimeError, step: Step, attempt: int) -> RunError:
+        if isinstance(exc, RunError):
+            exc.step_id = exc.step_id or step.id
+            exc.attempt = attempt
+            return exc
+        err = RunError(exc.message, code=exc.code, step_id=step.id, attempt=attempt)
+        err.__cause__ = exc
+        return err
+
+    @staticmethod
+    def _retryable(err: RunError, retry: Mapping[str, Any]) -> bool:
+        codes = retry.get("on")
+        if isinstance(codes, list):
+            return err.code in codes or "ALL" in codes
+        return isinstance(err, ModelError) and err.code in _MODEL_CODES
+
+    @staticmethod
+    def _backoff(retry: Mapping[str, Any], attempt: int, rng: random.Random) -> float:
+        cfg = retry.get("backoff") if isinstance(retry.get("backoff"), Mapping) else {}
+        initial = float(cfg.get("initial_seconds", 0.5))
+        delay = min(
+            initial * float(cfg.get("multiplier", 2.0)) ** (attempt - 1),
+            float(cfg.get("max_seconds", 30.0)),
+        )
+        if cfg.get("jitter", True):
+            delay = rng.uniform(0, delay)  # "full jitter", seeded per run for determinism
+        return round(delay, 6)
+
+    def _leftovers(self, pos: _Position, tracer: Tracer) -> None:
+        left = pos.inbox.messages
+        if not left:
+            return
+        policy = self.pipeline.inbox_on_leftover
+        described = [m.to_dict() for m in left]
+        if policy == "error":
+            ids = ", ".join(f"{m.id}->{m.target_step_id}:{m.topic}" for m in left)
+            raise RunError(
+                f"{len(left)} inbox message(s) never consumed: {ids}",
+                code="INBOX_LEFTOVER",
+                messages=described,
+            )
+        if policy == "warn":
+            tracer.emit("INBOX_LEFTOVER", None, messages=described)
+
+    def _checkpoint(self, run_id: str, pos: _Position, tracer: Tracer, status: str) -> None:
+        if self.store is None:
+            return
+        engine = {**pos.state.engine_dict(), "inbox": pos.inbox.to_dict()}
+        self.store.checkpoint(
+            run_id,
+            position=pos.step_id,
+            variables=pos.state.variables,
+            engine=engine,
+            events=tracer.drain(),
+            status=status,
+        )

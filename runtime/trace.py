@@ -1,0 +1,75 @@
+"""Trace events: one per step and per notable decision, JSON data with a sequence number.
+
+Timing lives only in `ts` and `duration_ms`, so two runs with the same inputs and
+cassette give the same events once those keys are dropped (`without_timing`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+TIMING_KEYS = ("ts", "duration_ms", "latency_ms")
+
+
+class Tracer:
+    """Collects a run's events and forwards each to listeners."""
+
+    def __init__(
+        self, run_id: str, seq: int = 0, listeners: Iterable[Callable[[dict[str, Any]], None]] = ()
+    ) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        self.pending: list[dict[str, Any]] = []
+        self.listeners = list(listeners)
+
+    def emit(self, type_: str, step_id: str | None = None, **data: Any) -> dict[str, Any]:
+        """Record one event."""
+        self.seq += 1
+        event = {
+            "seq": self.seq,
+            "type": type_,
+            "step_id": step_id,
+            "ts": round(time.time(), 6),
+            **data,
+        }
+        self.pending.append(event)
+        for listener in self.listeners:
+            listener(event)
+        return event
+
+    def drain(self) -> list[dict[str, Any]]:
+        """Events not yet written to the store."""
+        out, self.pending = self.pending, []
+        return out
+
+
+def summarize(value: Any) -> dict[str, Any]:
+    """A short description of a variable for the trace (type and size, not the value)."""
+    if isinstance(value, str):
+        return {"type": "str", "chars": len(value)}
+    if isinstance(value, list | dict):
+        return {"type": type(value).__name__, "items": len(value)}
+    return {"type": type(value).__name__, "value": value}
+
+
+def without_timing(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Events with timing keys removed (for determinism checks)."""
+    return [{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in events]
+
+
+def to_jsonl(events: Iterable[dict[str, Any]]) -> str:
+    """One JSON object per line."""
+    return "".join(json.dumps(e, sort_keys=True) + "\n" for e in events)
+
+
+def render_text(events: Iterable[dict[str, Any]]) -> str:
+    """A readable listing of events."""
+    lines = []
+    for e in events:
+        extra = {k: v for k, v in e.items() if k not in ("seq", "type", "step_id", "ts")}
+        detail = " ".join(f"{k}={json.dumps(v)[:80]}" for k, v in extra.items())
+        lines.append(f"{e['seq']:>5} {e['type']:<24} {e.get('step_id') or '-':<22} {detail}")
+    return "\n".join(lines)
