@@ -1,1 +1,71 @@
-"""step-runtime: a declarative step runtime for context-engineered LLM pipelines."""
+"""step-runtime: a declarative step runtime for context-engineered LLM pipelines.
+
+The embedding API: load a pipeline once, run it many times (concurrently from
+threads, or from asyncio), inject services, observe events.
+
+    import runtime
+    pipeline = runtime.load("pipelines/code_qa.yaml")
+    runner = runtime.Runner(pipeline, store=runtime.SqliteRunStore("runs.db"))
+    result = runner.run({"question": "Who writes the Orders table?"})
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Everything else loads on first use, so `import runtime` (and `runtime --help`) stays light.
+_LAZY = {
+    "RunHandle": "runtime._api",
+    "Runner": "runtime._api",
+    "load": "runtime._api",
+    "validate": "runtime._api",
+    "Action": "runtime.action",
+    "Outcome": "runtime.action",
+    "Problem": "runtime.action",
+    "StepContext": "runtime.action",
+    "Transition": "runtime.action",
+    "Diagnostic": "runtime.diagnostics",
+    "RunResult": "runtime.engine",
+    "PipelineInvalidError": "runtime.errors",
+    "RunError": "runtime.errors",
+    "StepRuntimeError": "runtime.errors",
+    "Pipeline": "runtime.pipeline",
+    "Registry": "runtime.registry",
+    "default_registry": "runtime.registry",
+    "Services": "runtime.services",
+    "SqliteRunStore": "runtime.store",
+    "Report": "runtime.validation",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "Action",
+    "Diagnostic",
+    "Outcome",
+    "Pipeline",
+    "PipelineInvalidError",
+    "Problem",
+    "Registry",
+    "Report",
+    "RunError",
+    "RunHandle",
+    "RunResult",
+    "Runner",
+    "Services",
+    "SqliteRunStore",
+    "StepContext",
+    "StepRuntimeError",
+    "Transition",
+    "default_registry",
+    "load",
+    "validate",
+]

@@ -291,6 +291,13 @@ class SqliteRunStore:
         }
 
     # --- reading ---------------------------------------------------------------
+    def run_file(self, run_id: str) -> str:
+        """The pipeline file a run was started from."""
+        row = self._conn().execute("SELECT file FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise RunError(f"no run {run_id!r} in {self.path}", code="RUN_NOT_FOUND")
+        return str(row[0])
+
     def runs(self, limit: int = 50) -> list[dict[str, Any]]:
         """Recent runs, newest first."""
         rows = (

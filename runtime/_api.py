@@ -1,0 +1,115 @@
+"""The embedding API behind `runtime.load`, `runtime.Runner` and `runtime.RunHandle`."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from runtime.engine import Engine, RunResult
+from runtime.pipeline import Pipeline
+from runtime.registry import Registry
+from runtime.services import Services
+from runtime.validation import Report, load_pipeline, validate_paths
+
+EventCallback = Callable[[dict[str, Any]], None]
+
+
+def load(path: str, *, registry: Registry | None = None) -> Pipeline:
+    """Load and validate a pipeline (`file.yaml` or `file.yaml#name`); raise on any error."""
+    return load_pipeline(path, registry=registry)
+
+
+def validate(*paths: str, registry: Registry | None = None) -> Report:
+    """Validate files or folders; every diagnostic in one report."""
+    return validate_paths(list(paths), registry=registry)
+
+
+class RunHandle:
+    """A run started on a background thread."""
+
+    def __init__(self, target: Callable[[threading.Event], RunResult]) -> None:
+        self._cancel = threading.Event()
+        self._result: RunResult | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, args=(target,), daemon=True)
+        self._thread.start()
+
+    def _main(self, target: Callable[[threading.Event], RunResult]) -> None:
+        try:
+            self._result = target(self._cancel)
+        except BaseException as exc:  # handed to the caller of result()
+            self._error = exc
+
+    def cancel(self) -> None:
+        """Ask the run to stop before its next step (it fails with RUN_CANCELLED)."""
+        self._cancel.set()
+
+    def done(self) -> bool:
+        """True once the run has ended."""
+        return not self._thread.is_alive()
+
+    def result(self, timeout: float | None = None) -> RunResult:
+        """Wait for the run and return its result."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError("run still going")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+class Runner:
+    """Runs one loaded pipeline many times; safe to share between threads."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        store: Any = None,
+        services: Services | None = None,
+        registry: Registry | None = None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.engine = Engine(pipeline, registry=registry, services=services, store=store)
+
+    def run(
+        self,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        max_steps: int | None = None,
+        on_event: EventCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> RunResult:
+        """Run to completion or failure on this thread."""
+        return self.engine.run(
+            inputs, run_id=run_id, max_steps=max_steps, on_event=on_event, cancel=cancel
+        )
+
+    def start(
+        self,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        max_steps: int | None = None,
+        on_event: EventCallback | None = None,
+    ) -> RunHandle:
+        """Start a run on a background thread; cancel or wait through the handle."""
+        return RunHandle(
+            lambda cancel: self.run(
+                inputs, run_id=run_id, max_steps=max_steps, on_event=on_event, cancel=cancel
+            )
+        )
+
+    async def arun(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> RunResult:
+        """Run in a worker thread without blocking the event loop."""
+        return await asyncio.to_thread(self.run, inputs, **kwargs)
+
+    def resume(
+        self, run_id: str, *, force: bool = False, on_event: EventCallback | None = None
+    ) -> RunResult:
+        """Continue a crashed or failed run from the store."""
+        return self.engine.resume(run_id, force=force, on_event=on_event)
