@@ -97,11 +97,11 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, mod):
     db = str(tmp_path / "runs.db")
     reference = Engine(mod.PIPELINE, registry=mod.REG).run({}, run_id="ref")
     script = (
-        "import sys; sys.path.insert(0, %r)\n"
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
         "import ticks_mod\nfrom runtime.engine import Engine\nfrom runtime.store import SqliteRunStore\n"
-        "Engine(ticks_mod.PIPELINE, registry=ticks_mod.REG, store=SqliteRunStore(%r))"
+        f"Engine(ticks_mod.PIPELINE, registry=ticks_mod.REG, store=SqliteRunStore({db!r}))"
         ".run({}, run_id='k')\n"
-    ) % (str(tmp_path), db)
+    )
     child = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "SLOW_TICK": "1"})
     store = SqliteRunStore(db)
     deadline = time.time() + 30
@@ -163,13 +163,13 @@ def test_twenty_concurrent_runs_in_threads(tmp_path, mod):
 def test_concurrent_runs_in_processes(tmp_path, mod):
     db = str(tmp_path / "runs.db")
     script = (
-        "import sys; sys.path.insert(0, %r)\n"
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
         "import ticks_mod\nfrom runtime.engine import Engine\nfrom runtime.store import SqliteRunStore\n"
-        "st = SqliteRunStore(%r)\n"
+        f"st = SqliteRunStore({db!r})\n"
         "for i in range(5):\n"
         "    r = Engine(ticks_mod.PIPELINE, registry=ticks_mod.REG, store=st).run({}, run_id=sys.argv[1] + str(i))\n"
         "    assert r.status == 'completed', r.error\n"
-    ) % (str(tmp_path), db)
+    )
     procs = [
         subprocess.Popen([sys.executable, "-c", script, f"p{i}-"], stderr=subprocess.PIPE)
         for i in range(4)
