@@ -1,0 +1,173 @@
+"""Classify a text as SQL, DOTNET, DOTNET_WITH_SQL or UNKNOWN, with a confidence and reasons.
+
+C# evidence comes from tree-sitter (declarations found, error share of the tree),
+T-SQL evidence from the comment- and string-aware scanner. Java, TypeScript,
+config and prose have their own tell-tales and come out UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePath
+
+from classifiers import csharp, tsql
+from classifiers.model import LANGUAGE_OF_KIND, Classification
+
+_CS_SIGNALS = [
+    ("namespace", re.compile(r"^\s*namespace\s+[\w.]+\s*[;{]?", re.M)),
+    ("using directive", re.compile(r"^\s*using\s+(static\s+)?[\w.]+\s*;", re.M)),
+    (
+        "type declaration",
+        re.compile(
+            r"\b(public|internal|private|protected|sealed|static|abstract|partial)\s+"
+            r"(sealed\s+|static\s+|abstract\s+|partial\s+|readonly\s+)*(class|record|struct|interface|enum)\s+\w+"
+        ),
+    ),
+    (
+        "typed member",
+        re.compile(
+            r"\b(public|private|protected|internal)\s+(static\s+|async\s+|override\s+|virtual\s+|readonly\s+)*"
+            r"[\w<>\[\],?. ]+\s+\w+\s*(\(|\{\s*get)"
+        ),
+    ),
+    (
+        "attribute",
+        re.compile(
+            r"^\s*\[(HttpGet|HttpPost|Route|ApiController|Fact|Key|Table|Required|"
+            r"Column|Authorize|Test)\b",
+            re.M,
+        ),
+    ),
+    ("async/await", re.compile(r"\bawait\s+\w|\bTask<")),
+]
+_NOT_CS = [
+    ("java package", re.compile(r"^\s*package\s+[\w.]+\s*;", re.M)),
+    ("java import", re.compile(r"^\s*import\s+(java|javax|org|com)\.", re.M)),
+    (
+        "java keywords",
+        re.compile(r"\bclass\s+\w+(<[^>]*>)?\s+(extends|implements)\b|\bthrows\s+\w+|@Override"),
+    ),
+    (
+        "typescript/javascript",
+        re.compile(
+            r"^\s*(export\s+(default\s+)?(class|function|const|interface)|"
+            r"import\s+.*\s+from\s+['\"]|function\s+\w+\s*\(|const\s+\w+\s*=)",
+            re.M,
+        ),
+    ),
+    (
+        "python",
+        re.compile(
+            r"^\s*(def\s+\w+\(.*\)\s*(->\s*[\w\[\], .]+)?:|from\s+[\w.]+\s+import\s|import\s+\w+$)",
+            re.M,
+        ),
+    ),
+]
+_CODE_EXT = {".cs": "dotnet", ".csx": "dotnet", ".sql": "sql"}
+_OTHER_EXT = {
+    ".json",
+    ".xml",
+    ".yaml",
+    ".yml",
+    ".md",
+    ".txt",
+    ".py",
+    ".js",
+    ".ts",
+    ".java",
+    ".config",
+    ".csproj",
+    ".props",
+    ".html",
+    ".css",
+    ".ini",
+    ".toml",
+}
+
+
+def _cs_parse_evidence(text: str) -> tuple[int, float]:
+    """(declarations found, error share) from tree-sitter, wrapping bare members in a class."""
+    best = (0, 1.0)
+    for candidate in (text, f"class __Snippet__ {{\n{text}\n}}"):
+        tree = csharp.parse(candidate)
+        decls, errors, total = 0, 0, 0
+        stack = [tree.root_node]
+        while stack:
+            n = stack.pop()
+            total += 1
+            if n.type == "ERROR" or n.is_missing:
+                errors += n.end_byte - n.start_byte + 1
+            elif n.type in (
+                "class_declaration",
+                "interface_declaration",
+                "record_declaration",
+                "struct_declaration",
+                "enum_declaration",
+                "method_declaration",
+                "constructor_declaration",
+                "property_declaration",
+                "namespace_declaration",
+                "file_scoped_namespace_declaration",
+            ):
+                decls += 1
+            stack.extend(n.children)
+        share = errors / max(1, len(candidate.encode()))
+        if candidate is not text:
+            decls = max(0, decls - 1)  # the wrapper class itself is not evidence
+        if (decls, -share) > (best[0], -best[1]):
+            best = (decls, share)
+        if decls and share < 0.02:
+            break
+    return best
+
+
+def classify(text: str, path: str | None = None) -> Classification:
+    """Kind, language, confidence and reasons for a source text (path is only a hint)."""
+    reasons: list[str] = []
+    ext = PurePath(path).suffix.lower() if path else ""
+    if not text.strip():
+        return Classification("UNKNOWN", "unknown", 1.0, ("empty text",))
+    not_cs = [name for name, rx in _NOT_CS if rx.search(text)]
+    cs_hits = [name for name, rx in _CS_SIGNALS if rx.search(text)]
+    sql_hits = tsql.sql_evidence(text)
+    go_lines = len(re.findall(r"(?im)^\s*GO\s*$", text))
+    if cs_hits and not not_cs:
+        decls, err = _cs_parse_evidence(text)
+        if decls and err < 0.15:
+            reasons += [
+                f"C#: {', '.join(cs_hits)}",
+                f"tree-sitter: {decls} declaration(s), {err:.0%} error bytes",
+            ]
+            confidence = min(1.0, 0.55 + 0.1 * len(cs_hits) + 0.05 * min(decls, 4) - err)
+            if ext in _CODE_EXT and _CODE_EXT[ext] == "dotnet":
+                confidence = min(1.0, confidence + 0.1)
+            embedded = csharp.embedded_sql_count(text)
+            if embedded:
+                reasons.append(f"{embedded} embedded SQL string(s) in data-access calls")
+                return Classification(
+                    "DOTNET_WITH_SQL", "dotnet", round(confidence, 2), tuple(reasons)
+                )
+            return Classification("DOTNET", "dotnet", round(confidence, 2), tuple(reasons))
+    if sql_hits >= 2 or (sql_hits >= 1 and (go_lines or ext == ".sql")):
+        reasons.append(
+            f"T-SQL: {sql_hits} construct(s)"
+            + (f", {go_lines} GO batch line(s)" if go_lines else "")
+        )
+        confidence = min(
+            1.0, 0.5 + 0.1 * sql_hits + (0.1 if go_lines else 0) + (0.1 if ext == ".sql" else 0)
+        )
+        return Classification("SQL", "sql", round(confidence, 2), tuple(reasons))
+    if not_cs:
+        reasons.append(f"other language: {', '.join(not_cs)}")
+    elif ext in _OTHER_EXT:
+        reasons.append(f"file type {ext}")
+    else:
+        reasons.append("no C# or T-SQL evidence")
+    return Classification(
+        "UNKNOWN", "unknown", 0.9 if not_cs or ext in _OTHER_EXT else 0.7, tuple(reasons)
+    )
+
+
+def language_of(kind: str) -> str:
+    """The language of a kind."""
+    return LANGUAGE_OF_KIND[kind]

@@ -1,0 +1,169 @@
+"""Code-aware compaction: SQL object summaries and C# skeletons that say what they elide.
+
+The result is never longer in tokens than the input (else the input comes back
+unchanged) and never a bare header: every elision is stated in the text.
+Deterministic: same text, same budget, same output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from classifiers import csharp, tsql
+from classifiers.model import Symbol
+
+_VISIBILITY_RANK = {"public": 0, "protected": 1, "internal": 1, "private": 3}
+
+
+def _counter(counter: Any) -> Any:
+    if counter is None:
+        from runtime.tokens import get_counter
+
+        counter = get_counter()
+    return counter
+
+
+# --- SQL ----------------------------------------------------------------------
+
+
+def _sql_object(sym: Symbol) -> list[str]:
+    m = sym.metadata
+    lines = [sym.signature if sym.kind != "table" else f"CREATE TABLE {sym.qualified_name} ("]
+    if sym.kind == "table":
+        pk = set(m.get("primary_key", []))
+        fks = {c: fk["references"] for fk in m.get("foreign_keys", []) for c in fk["columns"]}
+        for col in m.get("columns", []):
+            extra = " PRIMARY KEY" if col["name"] in pk else ""
+            extra += f" REFERENCES {fks[col['name']]}" if col["name"] in fks else ""
+            null = "" if col.get("nullable") else " NOT NULL"
+            lines.append(f"    {col['name']} {col['type']}{null}{extra},")
+        lines.append(
+            f")  -- compacted: constraints and defaults elided ({sym.end_line - sym.start_line + 1} lines)"
+        )
+        return lines
+    if sym.kind in ("index", "sequence", "type"):
+        return [" ".join(sym.text.split())[:400]]
+    for key, label in (("reads", "reads"), ("writes", "writes"), ("executes", "executes")):
+        if m.get(key):
+            lines.append(f"  -- {label}: {', '.join(m[key])}")
+    if m.get("operations"):
+        lines.append(f"  -- operations: {', '.join(m['operations'])}")
+    shape = [
+        s
+        for s, on in (("TRANSACTION", m.get("transaction")), ("TRY/CATCH", m.get("try_catch")))
+        if on
+    ]
+    if shape:
+        lines.append(f"  -- shape: {' + '.join(shape)}")
+    lines.append(f"  -- body elided ({sym.end_line - sym.start_line + 1} lines)")
+    return lines
+
+
+def compact_sql(text: str) -> str:
+    """Headers, parameters, columns and keys, and what each body reads and writes."""
+    symbols, _ = tsql.extract(text)
+    if not symbols:
+        return text
+    out = ["-- compacted T-SQL: object headers and body summaries"]
+    for sym in symbols:
+        out += _sql_object(sym)
+        out.append("GO")
+    return "\n".join(out)
+
+
+# --- C# -----------------------------------------------------------------------
+
+
+def _rank(sym: Symbol) -> int:
+    mods = sym.metadata.get("modifiers", [])
+    ranks = [_VISIBILITY_RANK[m] for m in mods if m in _VISIBILITY_RANK]
+    base = min(ranks) if ranks else 2  # no modifier: private by default for members
+    if sym.kind in ("class", "record", "struct", "interface", "enum", "namespace"):
+        return -1
+    return base
+
+
+def _skeleton_lines(symbols: list[Symbol], keep: set[str], usings: int) -> list[str]:
+    lines: list[str] = [f"// {usings} using directive(s) elided"] if usings else []
+    open_types: list[str] = []
+    elided = 0
+    for sym in symbols:
+        if sym.kind == "namespace":
+            lines.append(f"namespace {sym.qualified_name};")
+            continue
+        while open_types and not sym.qualified_name.startswith(open_types[-1] + "."):
+            open_types.pop()
+            lines.append("    " * len(open_types) + "}")
+        if sym.qualified_name not in keep:
+            elided += 1
+            continue
+        indent = "    " * len(open_types)
+        if sym.doc:
+            lines.append(f"{indent}/// {sym.doc}")
+        sig = sym.signature
+        if sym.kind in ("class", "record", "struct", "interface", "enum"):
+            if sig.endswith(";"):
+                lines.append(indent + sig)
+            else:
+                lines.append(f"{indent}{sig} {{")
+                open_types.append(sym.qualified_name)
+        elif sym.kind == "property":
+            lines.append(indent + sig + ("" if sig.endswith((";", "}")) else ";"))
+        else:
+            body = sym.end_line - sym.start_line + 1
+            lines.append(f"{indent}{sig} {{ /* body elided: {body} line(s) */ }}")
+    while open_types:
+        open_types.pop()
+        lines.append("    " * len(open_types) + "}")
+    if elided:
+        lines.append(f"// {elided} lower-priority member(s) elided to fit the budget")
+    return lines
+
+
+def compact_dotnet(text: str, budget_tokens: int | None = None, counter: Any = None) -> str:
+    """A skeleton: namespace, types, member signatures with their first doc line."""
+    symbols, _, usings, _ = csharp.extract(text)
+    if not any(s.kind != "namespace" for s in symbols):
+        return text
+    keep = {s.qualified_name for s in symbols}
+    out = _skeleton_lines(symbols, keep, len(usings))
+    if budget_tokens is not None:
+        counter = _counter(counter)
+        # Drop members from the least important up (private before public, later before earlier).
+        order = sorted(
+            (s for s in symbols if _rank(s) >= 0), key=lambda s: (-_rank(s), -s.start_line)
+        )
+        for sym in order:
+            if counter.count("\n".join(out)) <= budget_tokens:
+                break
+            keep.discard(sym.qualified_name)
+            out = _skeleton_lines(symbols, keep, len(usings))
+    return "\n".join(out)
+
+
+# --- entry point ------------------------------------------------------------------
+
+
+def _truncate(text: str, budget: int, counter: Any) -> str:
+    total = counter.count(text)
+    if total <= budget:
+        return text
+    marker = f"\n/* … truncated: {total} tokens, kept about {budget} */"
+    kept = counter.truncate(text, max(0, budget - counter.count(marker)))
+    return kept + marker
+
+
+def compact(text: str, language: str, budget_tokens: int | None = None, counter: Any = None) -> str:
+    """Compact code for a prompt; never longer in tokens than the input."""
+    if language == "sql":
+        result = compact_sql(text)
+    elif language == "dotnet":
+        result = compact_dotnet(text, budget_tokens, counter)
+    else:
+        result = text
+    counter = _counter(counter)
+    if budget_tokens is not None:
+        result = _truncate(result, budget_tokens, counter)
+    if result != text and counter.count(result) >= counter.count(text):
+        return text
+    return result

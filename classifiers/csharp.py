@@ -1,0 +1,401 @@
+"""C#: symbols (namespaces, types, members) and references from tree-sitter, plus embedded SQL.
+
+References are names as written (`IOrderRepository`, `SaveAsync`); `classifiers.resolve`
+matches them to symbols across the codebase. SQL in string literals passed to
+ADO.NET, Dapper, EF Core or migrations is scanned for the objects it touches.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from classifiers import tsql
+from classifiers.model import Dependency, Symbol
+
+_TYPES = {
+    "class_declaration": "class",
+    "record_declaration": "record",
+    "struct_declaration": "struct",
+    "interface_declaration": "interface",
+    "enum_declaration": "enum",
+    "record_struct_declaration": "struct",
+}
+_MEMBERS = {
+    "method_declaration": "method",
+    "constructor_declaration": "constructor",
+    "property_declaration": "property",
+}
+_NAMESPACES = ("namespace_declaration", "file_scoped_namespace_declaration")
+# Calls whose string argument is SQL: ADO.NET, Dapper, EF Core, migrations.
+SQL_SINKS = re.compile(
+    r"\b(SqlCommand|CommandText|Query(?:Async|First\w*|Single\w*|Multiple\w*)?|"
+    r"Execute(?:Scalar|Reader)?(?:Async)?|FromSqlRaw|FromSqlInterpolated|FromSql|"
+    r"ExecuteSqlRaw(?:Async)?|ExecuteSqlInterpolated(?:Async)?|ExecuteSql(?:Async)?|SqlQuery\w*|Sql)\b"
+)
+_BUILTIN_TYPES = {
+    "Task",
+    "List",
+    "IEnumerable",
+    "IList",
+    "Dictionary",
+    "IReadOnlyList",
+    "string",
+    "int",
+    "long",
+    "bool",
+    "var",
+    "object",
+    "decimal",
+    "DateTime",
+    "Guid",
+    "CancellationToken",
+    "ILogger",
+    "IActionResult",
+    "ActionResult",
+    "Func",
+    "Action",
+    "ValueTask",
+    "void",
+    "IDbConnection",
+    "SqlConnection",
+    "DbContext",
+    "DbSet",
+    "Nullable",
+    "Exception",
+}
+
+_parser: Any = None
+
+
+def parser() -> Any:
+    """The tree-sitter C# parser (loaded on first use)."""
+    global _parser
+    if _parser is None:
+        import tree_sitter
+        import tree_sitter_c_sharp
+
+        _parser = tree_sitter.Parser(tree_sitter.Language(tree_sitter_c_sharp.language()))
+    return _parser
+
+
+def parse(text: str) -> Any:
+    """The syntax tree of a C# text."""
+    return parser().parse(text.encode("utf-8"))
+
+
+def _txt(node: Any) -> str:
+    return node.text.decode("utf-8", errors="replace") if node is not None else ""
+
+
+def _doc_before(node: Any) -> str:
+    """First meaningful line of the `///` comment block right above a declaration."""
+    lines: list[str] = []
+    prev = node.prev_named_sibling
+    while (
+        prev is not None
+        and prev.type == "comment"
+        and _txt(prev).startswith("///")
+        and prev.end_point[0] >= node.start_point[0] - len(lines) - 1
+    ):
+        lines.insert(0, _txt(prev))
+        prev = prev.prev_named_sibling
+    for line in lines:
+        clean = re.sub(r"</?\w+[^>]*>", "", line.lstrip("/ ")).strip()
+        if clean:
+            return clean
+    return ""
+
+
+def _signature(node: Any) -> str:
+    """The declaration up to its body, on one line."""
+    body = node.child_by_field_name("body")
+    if body is None:
+        for child in node.named_children:
+            if child.type in (
+                "declaration_list",
+                "block",
+                "accessor_list",
+                "arrow_expression_clause",
+                "enum_member_declaration_list",
+            ):
+                body = child
+                break
+    start = node.start_byte
+    end = body.start_byte if body is not None else node.end_byte
+    raw = node.text[: end - start].decode("utf-8", errors="replace")
+    sig = " ".join(raw.split()).rstrip("{ =>")
+    if node.type == "property_declaration" and body is not None and body.type == "accessor_list":
+        sig += " " + " ".join(_txt(body).split())
+    return sig
+
+
+def _modifiers(node: Any) -> list[str]:
+    return [_txt(c) for c in node.named_children if c.type == "modifier"]
+
+
+def _type_names(node: Any) -> list[str]:
+    """Simple type names mentioned in a type node (generic arguments included)."""
+    out: list[str] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "identifier":
+            out.append(_txt(n))
+        elif n.type == "qualified_name":
+            out.append(_txt(n).split(".")[-1])
+            continue
+        stack.extend(reversed(n.named_children))
+    return out
+
+
+def _string_value(node: Any) -> str:
+    if node.type in (
+        "string_literal",
+        "verbatim_string_literal",
+        "raw_string_literal",
+        "interpolated_string_expression",
+    ):
+        return re.sub(r'^[@$]*"+|"+$', "", _txt(node))
+    return ""
+
+
+class _Walker:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.symbols: list[Symbol] = []
+        self.deps: list[Dependency] = []
+        self.usings: list[str] = []
+
+    def walk(self, node: Any, namespace: str, parent: str | None) -> None:
+        for child in node.named_children:
+            kind = child.type
+            if kind == "using_directive":
+                self.usings.append(_txt(child).removeprefix("using").strip(" ;"))
+            elif kind in _NAMESPACES:
+                name = _txt(child.child_by_field_name("name"))
+                qn = f"{namespace}.{name}" if namespace else name
+                if not any(s.qualified_name == qn and s.kind == "namespace" for s in self.symbols):
+                    self.symbols.append(
+                        Symbol(
+                            "namespace",
+                            name,
+                            qn,
+                            "dotnet",
+                            child.start_point[0] + 1,
+                            child.end_point[0] + 1,
+                            signature=f"namespace {qn}",
+                        )
+                    )
+                if kind == "file_scoped_namespace_declaration":
+                    self.walk(child, qn, parent)
+                    namespace = qn  # later siblings belong to the file-scoped namespace
+                else:
+                    body = child.child_by_field_name("body")
+                    self.walk(body if body is not None else child, qn, parent)
+            elif kind in _TYPES:
+                self.type_decl(child, _TYPES[kind], namespace, parent)
+            elif kind == "declaration_list":
+                self.walk(child, namespace, parent)
+
+    def type_decl(self, node: Any, kind: str, namespace: str, parent: str | None) -> None:
+        name = _txt(node.child_by_field_name("name"))
+        owner = parent or namespace
+        qn = f"{owner}.{name}" if owner else name
+        sym = Symbol(
+            kind,
+            name,
+            qn,
+            "dotnet",
+            node.start_point[0] + 1,
+            node.end_point[0] + 1,
+            signature=_signature(node),
+            doc=_doc_before(node),
+            text=_txt(node),
+            parent=parent or (namespace or None),
+            metadata={"modifiers": _modifiers(node)},
+        )
+        self.symbols.append(sym)
+        for child in node.named_children:
+            if child.type == "base_list":
+                for i, base in enumerate(child.named_children):
+                    names = _type_names(base)
+                    if not names:
+                        continue
+                    # Convention: I-prefixed names are interfaces; the first non-interface is the base.
+                    head = names[0]
+                    edge = (
+                        "Implements"
+                        if (kind == "interface" or (re.match(r"I[A-Z]", head) and i >= 0))
+                        else "Inherits"
+                    )
+                    self.deps.append(Dependency(qn, head, edge, base.start_point[0] + 1))
+                    for generic in names[1:]:
+                        self.deps.append(
+                            Dependency(qn, generic, "References", base.start_point[0] + 1)
+                        )
+            elif child.type == "parameter_list" and kind == "record":
+                self.params(child, qn, inject=False)
+        body = node.child_by_field_name("body")
+        for member in body.named_children if body is not None else []:
+            if member.type in _TYPES:
+                self.type_decl(member, _TYPES[member.type], namespace, qn)
+            elif member.type in _MEMBERS:
+                self.member(member, _MEMBERS[member.type], qn)
+            elif member.type == "field_declaration":
+                for t in (
+                    _type_names(member.named_children[-1].named_children[0])
+                    if member.named_children
+                    else []
+                ):
+                    if t not in _BUILTIN_TYPES:
+                        self.deps.append(Dependency(qn, t, "References", member.start_point[0] + 1))
+
+    def params(self, plist: Any, qn: str, inject: bool) -> None:
+        for p in plist.named_children:
+            if p.type != "parameter":
+                continue
+            type_node = p.child_by_field_name("type")
+            names = _type_names(type_node) if type_node is not None else []
+            for i, t in enumerate(names):
+                if t not in _BUILTIN_TYPES and not qn.startswith(f"{t}.") and f".{t}." not in qn:
+                    # The parameter's own type is injected; its generic arguments are references.
+                    edge = "Injects" if inject and i == 0 else "References"
+                    self.deps.append(Dependency(qn, t, edge, p.start_point[0] + 1))
+
+    def member(self, node: Any, kind: str, owner: str) -> None:
+        name = _txt(node.child_by_field_name("name"))
+        qn = f"{owner}.{name}"
+        if kind == "constructor":
+            qn = f"{owner}.{name}.ctor"
+        existing = sum(1 for s in self.symbols if s.qualified_name.split("(")[0] == qn)
+        if existing:
+            qn = f"{qn}#{existing + 1}"  # overloads stay distinct and stable by order
+        sym = Symbol(
+            kind,
+            name,
+            qn,
+            "dotnet",
+            node.start_point[0] + 1,
+            node.end_point[0] + 1,
+            signature=_signature(node),
+            doc=_doc_before(node),
+            text=_txt(node),
+            parent=owner,
+            metadata={"modifiers": _modifiers(node)},
+        )
+        self.symbols.append(sym)
+        plist = node.child_by_field_name("parameters")
+        if plist is not None:
+            self.params(plist, qn, inject=kind == "constructor")
+        type_node = node.child_by_field_name("type") or node.child_by_field_name("returns")
+        if type_node is not None:
+            for t in _type_names(type_node):
+                if t not in _BUILTIN_TYPES:
+                    self.deps.append(Dependency(qn, t, "References", node.start_point[0] + 1))
+        self.body_refs(node, qn, sym)
+
+    def body_refs(self, node: Any, qn: str, sym: Symbol) -> None:
+        sql_objects: list[str] = []
+        sink_seen = False
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            line = n.start_point[0] + 1
+            if n.type == "invocation_expression":
+                fn = n.child_by_field_name("function")
+                callee = (
+                    _txt(fn.child_by_field_name("name"))
+                    if fn is not None and fn.type == "member_access_expression"
+                    else _txt(fn)
+                )
+                callee = re.sub(r"<.*", "", callee)
+                if callee:
+                    self.deps.append(Dependency(qn, callee, "Calls", line))
+                if SQL_SINKS.search(_txt(fn)):
+                    sink_seen = True
+            elif n.type == "object_creation_expression":
+                t = n.child_by_field_name("type")
+                names = _type_names(t) if t is not None else []
+                if names and names[0] not in _BUILTIN_TYPES:
+                    self.deps.append(Dependency(qn, names[0], "Creates", line))
+                if names and names[0] == "SqlCommand":
+                    sink_seen = True
+            elif n.type == "assignment_expression" and "CommandText" in _txt(
+                n.child_by_field_name("left")
+            ):
+                sink_seen = True
+            stack.extend(n.named_children)
+        if sink_seen:
+            # SQL often sits in a local (`const string sql = @"..."`) before reaching the call.
+            sql_objects = self.sql_in(node, qn, node.start_point[0] + 1)
+        if sql_objects:
+            sym.metadata["sql_objects"] = sorted(set(sql_objects))
+
+    def sql_in(self, node: Any, qn: str, line: int) -> list[str]:
+        found: list[str] = []
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            value = _string_value(n) or _concatenation(n)
+            if value and n.type == "binary_expression":
+                stack = [c for c in stack if not _inside(c, n)]
+            if value and tsql.sql_evidence(value):
+                refs = tsql.references(value)
+                for name, edge in [(r, "UsesSql") for r in refs.reads + refs.writes] + [
+                    (e, "UsesSql") for e in refs.executes
+                ]:
+                    self.deps.append(Dependency(qn, name, edge, line))
+                    found.append(name)
+            elif value and re.fullmatch(r"\[?\w+\]?\.\[?usp_\w+\]?|usp_\w+", value.strip()):
+                name = tsql.normalize(value.strip())  # a stored procedure name alone
+                self.deps.append(Dependency(qn, name, "UsesSql", line))
+                found.append(name)
+            stack.extend(n.named_children)
+        return found
+
+
+def _concatenation(node: Any) -> str:
+    """The text of `"a" + "b" + ...` when every operand is a string literal."""
+    if node.type != "binary_expression" or "+" not in _txt(node):
+        return ""
+    parts: list[str] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "binary_expression":
+            stack.extend(reversed(n.named_children))
+        elif _string_value(n):
+            parts.append(_string_value(n))
+        else:
+            return ""
+    return "".join(parts)
+
+
+def _inside(child: Any, parent: Any) -> bool:
+    return parent.start_byte <= child.start_byte and child.end_byte <= parent.end_byte
+
+
+def extract(text: str) -> tuple[list[Symbol], list[Dependency], list[str], bool]:
+    """Symbols, dependencies and usings of a C# file, and whether the tree has errors."""
+    tree = parse(text)
+    walker = _Walker(text)
+    walker.walk(tree.root_node, "", None)
+    return walker.symbols, list(dict.fromkeys(walker.deps)), walker.usings, tree.root_node.has_error
+
+
+def embedded_sql_count(text: str) -> int:
+    """String literals with SQL passed to a data-access call (regex pass, no parse)."""
+    count = 0
+    for m in SQL_SINKS.finditer(text):
+        window = text[m.end() : m.end() + 1500]
+        lit = re.search(r'[@$]{0,2}("""|")(.*?)\1', window, re.S)
+        if lit and (
+            tsql.sql_evidence(lit.group(2))
+            or (
+                re.fullmatch(r"\[?\w+\]?\.\[?\w+\]?", lit.group(2).strip())
+                and "CommandType.StoredProcedure" in window[:400]
+            )
+        ):
+            count += 1
+    return count

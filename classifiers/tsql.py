@@ -1,0 +1,378 @@
+"""T-SQL: a comment- and string-aware scanner, `GO` batches, object definitions and references.
+
+No full parser: T-SQL grammars choke on real procedures (see DEPENDENCIES.md), so
+the scanner blanks comments and string literals (keeping offsets), splits batches
+on `GO` lines and reads definitions and table references with patterns over the
+blanked text. Temp tables (#t), table variables (@t) and CTE names are not objects.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from classifiers.model import Dependency, Symbol
+
+_GO = re.compile(r"(?im)^[ \t]*GO[ \t]*(?:\d+)?[ \t]*(?:--[^\n]*)?$")
+NAME = r"(?:\[[^\]]+\]|\"[^\"]+\"|[A-Za-z_#@][\w#@$]*)"
+QNAME = rf"{NAME}(?:\s*\.\s*{NAME}){{0,3}}"
+_CREATE = re.compile(
+    rf"\b(?:CREATE(?:\s+OR\s+ALTER)?|ALTER)\s+"
+    rf"(?P<kind>PROC(?:EDURE)?|FUNCTION|VIEW|TABLE|TRIGGER|SEQUENCE|TYPE|"
+    rf"(?:UNIQUE\s+)?(?:(?:NON)?CLUSTERED\s+)?INDEX)\s+(?P<name>{QNAME})",
+    re.I,
+)
+_INDEX_ON = re.compile(rf"\bON\s+(?P<table>{QNAME})", re.I)
+_READS = re.compile(rf"\b(?:FROM|JOIN|APPLY)\s+(?P<name>{QNAME})", re.I)
+_WRITES = re.compile(
+    rf"\b(?:INSERT\s+(?:INTO\s+)?|UPDATE\s+|DELETE\s+(?:FROM\s+)?|MERGE\s+(?:INTO\s+)?|"
+    rf"TRUNCATE\s+TABLE\s+)(?P<name>{QNAME})",
+    re.I,
+)
+_EXEC = re.compile(rf"\bEXEC(?:UTE)?\s+(?:@\w+\s*=\s*)?(?P<name>{QNAME})", re.I)
+_FUNC_CALL = re.compile(rf"(?P<name>{NAME}\s*\.\s*{NAME})\s*\(")
+_CTE = re.compile(rf"(?:\bWITH|,)\s*(?P<name>{NAME})\s*(?:\([^()]*\))?\s+AS\s*\(", re.I)
+_FK = re.compile(rf"\bREFERENCES\s+(?P<name>{QNAME})", re.I)
+_ALIAS_TARGET = re.compile(
+    rf"\bUPDATE\s+(?P<alias>{NAME})\s+SET\b.*?\bFROM\s+(?P<name>{QNAME})\s+"
+    rf"(?:AS\s+)?(?P=alias)\b",
+    re.I | re.S,
+)
+_KEYWORDS = {
+    "select",
+    "where",
+    "set",
+    "values",
+    "output",
+    "inserted",
+    "deleted",
+    "openjson",
+    "string_split",
+    "as",
+    "on",
+    "with",
+    "top",
+    "into",
+    "dbo",
+    "sys",
+    "information_schema",
+    "exists",
+    "not",
+    "case",
+    "when",
+    "then",
+    "else",
+    "end",
+    "lateral",
+    "(",
+    "table",
+    "openrowset",
+    "sp_executesql",
+}
+_DML = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|MERGE|TRUNCATE)\b", re.I)
+_SQL_EVIDENCE = re.compile(
+    r"\b(CREATE\s+(OR\s+ALTER\s+)?(PROC(EDURE)?|TABLE|VIEW|FUNCTION|TRIGGER|INDEX)|"
+    r"ALTER\s+(TABLE|PROC(EDURE)?)|SELECT\s+[\w\*\[@]|INSERT\s+INTO|UPDATE\s+[\w\[\].]+\s+SET|"
+    r"DELETE\s+FROM|BEGIN\s+TRAN(SACTION)?|DECLARE\s+@\w+|SET\s+NOCOUNT|EXEC(UTE)?\s+[\w\[]|"
+    r"RAISERROR|THROW\s+\d|BEGIN\s+TRY|PRIMARY\s+KEY|FOREIGN\s+KEY|NVARCHAR|VARCHAR\s*\()",
+    re.I,
+)
+
+
+def blank(text: str) -> str:
+    """Comments and string literals replaced by spaces (offsets and newlines kept)."""
+    out = list(text)
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        two = text[i : i + 2]
+        if two == "--":
+            j = text.find("\n", i)
+            j = n if j == -1 else j
+            out[i:j] = " " * (j - i)
+            i = j
+        elif two == "/*":
+            depth, j = 1, i + 2
+            while j < n and depth:  # T-SQL block comments nest
+                if text[j : j + 2] == "/*":
+                    depth, j = depth + 1, j + 2
+                elif text[j : j + 2] == "*/":
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            out[i:j] = [c if c == "\n" else " " for c in text[i:j]]
+            i = j
+        elif ch == "'":
+            j = i + 1
+            while j < n:
+                if text[j] == "'" and text[j + 1 : j + 2] == "'":
+                    j += 2
+                elif text[j] == "'":
+                    break
+                else:
+                    j += 1
+            out[i + 1 : j] = [c if c == "\n" else " " for c in text[i + 1 : j]]
+            i = j + 1
+        else:
+            i += 1
+    return "".join(out)
+
+
+def batches(text: str) -> list[tuple[int, str]]:
+    """(start offset, text) of each batch between `GO` lines (GO inside comments is ignored)."""
+    clean = blank(text)
+    out, start = [], 0
+    for m in _GO.finditer(clean):
+        out.append((start, text[start : m.start()]))
+        start = m.end()
+    out.append((start, text[start:]))
+    return [(s, b) for s, b in out if b.strip()]
+
+
+def normalize(name: str) -> str:
+    """`[dbo].[Orders]`, `dbo.Orders`, `Orders` -> `dbo.Orders`; 3-part names keep the last two."""
+    parts = [p.strip().strip('[]"') for p in re.split(r"\s*\.\s*", name.strip())]
+    parts = [p for p in parts if p]
+    if len(parts) == 1:
+        parts = ["dbo", parts[0]]
+    return ".".join(parts[-2:])
+
+
+def is_object_name(name: str) -> bool:
+    """False for temp tables, table variables, keywords and parameters."""
+    bare = name.strip().strip('[]"')
+    return bool(bare) and bare[0] not in "#@(" and bare.lower() not in _KEYWORDS
+
+
+def sql_evidence(text: str) -> int:
+    """Number of distinct T-SQL constructs found outside comments and strings."""
+    return len(
+        {
+            m.group(0).split()[0].upper() + str(i % 1)
+            for i, m in enumerate(_SQL_EVIDENCE.finditer(blank(text)))
+        }
+    )
+
+
+def _line(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+@dataclass
+class SqlRefs:
+    """Tables read and written, procedures executed, DML and control shape of a body."""
+
+    reads: list[str] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)
+    executes: list[str] = field(default_factory=list)
+    operations: list[str] = field(default_factory=list)
+    transaction: bool = False
+    try_catch: bool = False
+
+
+_NOT_CALL_CONTEXT = {
+    "INTO",
+    "UPDATE",
+    "FROM",
+    "JOIN",
+    "TABLE",
+    "REFERENCES",
+    "EXEC",
+    "EXECUTE",
+    "MERGE",
+    "ON",
+    "APPLY",
+    "PROCEDURE",
+    "PROC",
+    "VIEW",
+    "FUNCTION",
+    "TRIGGER",
+    "TYPE",
+    "INDEX",
+    "KEY",
+    "DELETE",
+    "INSERT",
+}
+
+
+def _word_before(text: str, offset: int) -> str:
+    words = text[max(0, offset - 40) : offset].split()
+    return words[-1].upper() if words else ""
+
+
+def references(body: str) -> SqlRefs:
+    """References in a body (comments/strings blanked); CTEs and temp objects excluded."""
+    clean = blank(body)
+    ctes = {normalize(m.group("name")) for m in _CTE.finditer(clean)}
+    aliases = {
+        m.group("alias").lower(): normalize(m.group("name")) for m in _ALIAS_TARGET.finditer(clean)
+    }
+
+    def collect(pattern: re.Pattern[str]) -> list[str]:
+        seen: list[str] = []
+        for m in pattern.finditer(clean):
+            raw = m.group("name")
+            if not is_object_name(raw):
+                continue
+            name = aliases.get(raw.strip("[]").lower(), normalize(raw))
+            if name not in ctes and name not in seen:
+                seen.append(name)
+        return seen
+
+    calls = [
+        normalize(m.group("name"))
+        for m in _FUNC_CALL.finditer(clean)
+        if _word_before(clean, m.start()) not in _NOT_CALL_CONTEXT
+    ]
+    refs = SqlRefs(
+        reads=collect(_READS),
+        writes=collect(_WRITES),
+        executes=list(dict.fromkeys(collect(_EXEC) + calls)),
+    )
+    refs.reads = [r for r in refs.reads if r not in refs.executes]
+    refs.operations = sorted({m.group(1).upper() for m in _DML.finditer(clean)})
+    refs.transaction = bool(re.search(r"\bBEGIN\s+TRAN(SACTION)?\b", clean, re.I))
+    refs.try_catch = bool(re.search(r"\bBEGIN\s+TRY\b", clean, re.I))
+    return refs
+
+
+_COLUMN = re.compile(
+    rf"^\s*(?P<name>{NAME})\s+(?P<type>[A-Za-z_]\w*(?:\s*\([^)]*\))?)(?P<rest>[^\n]*)", re.M
+)
+_PK_CONSTRAINT = re.compile(r"PRIMARY\s+KEY(?:\s+(?:NON)?CLUSTERED)?\s*\((?P<cols>[^)]*)\)", re.I)
+_FK_CONSTRAINT = re.compile(
+    rf"FOREIGN\s+KEY\s*\((?P<cols>[^)]*)\)\s*REFERENCES\s+(?P<ref>{QNAME})"
+    rf"\s*\((?P<refcols>[^)]*)\)",
+    re.I,
+)
+_NOT_COLUMNS = {"constraint", "primary", "foreign", "unique", "check", "index", "period"}
+
+
+def table_columns(body: str) -> dict[str, object]:
+    """Columns (name, type, nullable, pk), primary key and foreign keys of a CREATE TABLE."""
+    clean = blank(body)
+    start = clean.find("(")
+    inner = clean[start + 1 : clean.rfind(")")] if start != -1 else ""
+    columns, pk, fks = [], [], []
+    for m in _COLUMN.finditer(inner):
+        name = m.group("name").strip('[]"')
+        if name.lower() in _NOT_COLUMNS:
+            continue
+        rest = m.group("rest")
+        col = {
+            "name": name,
+            "type": m.group("type").upper().replace(" ", ""),
+            "nullable": "NOT NULL" not in rest.upper(),
+        }
+        if re.search(r"PRIMARY\s+KEY", rest, re.I):
+            col["pk"] = True
+            pk.append(name)
+        ref = _FK.search(rest)
+        if ref:
+            fks.append({"columns": [name], "references": normalize(ref.group("name"))})
+        columns.append(col)
+    for m in _PK_CONSTRAINT.finditer(inner):
+        pk += [c.strip().strip("[]").split()[0] for c in m.group("cols").split(",") if c.strip()]
+    for m in _FK_CONSTRAINT.finditer(inner):
+        fks.append(
+            {
+                "columns": [c.strip().strip("[]") for c in m.group("cols").split(",")],
+                "references": normalize(m.group("ref")),
+            }
+        )
+    unique_fks = list({(tuple(f["columns"]), f["references"]): f for f in fks}.values())
+    return {"columns": columns, "primary_key": list(dict.fromkeys(pk)), "foreign_keys": unique_fks}
+
+
+_KIND = {
+    "proc": "procedure",
+    "procedure": "procedure",
+    "function": "function",
+    "view": "view",
+    "table": "table",
+    "trigger": "trigger",
+    "sequence": "sequence",
+    "type": "type",
+}
+_PARAMS = re.compile(
+    r"(@\w+)\s+([A-Za-z_]\w*(?:\s*\([^)]*\))?)(\s*=\s*[^,\n]+)?(\s+OUT(?:PUT)?)?", re.I
+)
+
+
+def extract(text: str) -> tuple[list[Symbol], list[Dependency]]:
+    """SQL objects defined in a script and what each reads, writes, executes and references."""
+    symbols: list[Symbol] = []
+    deps: list[Dependency] = []
+    clean_all = blank(text)
+    for start, batch in batches(text):
+        clean = clean_all[start : start + len(batch)]
+        for m in _CREATE.finditer(clean):
+            raw_kind = m.group("kind").lower().split()[-1]
+            kind = "index" if raw_kind == "index" else _KIND.get(raw_kind, raw_kind)
+            if not is_object_name(m.group("name")):
+                continue  # CREATE TABLE #temp
+            qn = normalize(m.group("name"))
+            # An object's text runs to the next definition in this batch (usually the batch end).
+            nxt = _CREATE.search(clean, m.end())
+            end = (
+                nxt.start()
+                if nxt and kind in ("table", "index", "sequence", "type")
+                else len(batch)
+            )
+            body = batch[m.start() : end].rstrip()
+            line = _line(text, start + m.start())
+            header = body[
+                : (
+                    blank(body).upper().find(" AS")
+                    if kind in ("procedure", "function", "view", "trigger")
+                    else 0
+                )
+                or 0
+            ]
+            sym = Symbol(
+                kind=kind,
+                name=qn.split(".")[-1],
+                qualified_name=qn,
+                language="sql",
+                start_line=line,
+                end_line=line + body.count("\n"),
+                text=body,
+                signature=" ".join((header or body.split("\n", 1)[0]).split())[:300],
+            )
+            if kind == "index":
+                on = _INDEX_ON.search(clean, m.end())
+                table = normalize(on.group("table")) if on else ""
+                sym.qualified_name = f"{table}.{qn.split('.')[-1]}" if table else qn
+                if table:
+                    deps.append(Dependency(sym.qualified_name, table, "On", line))
+            elif kind == "table":
+                sym.metadata.update(table_columns(body))
+                for fk in sym.metadata["foreign_keys"]:  # type: ignore[union-attr]
+                    deps.append(Dependency(qn, fk["references"], "FK", line))
+            else:
+                if kind in ("procedure", "function"):
+                    sym.metadata["parameters"] = [
+                        {"name": p[0], "type": p[1].upper().replace(" ", ""), "output": bool(p[3])}
+                        for p in _PARAMS.findall(header or "")
+                    ]
+                refs = references(body[m.end() - m.start() :])
+                if kind == "trigger":
+                    on = _INDEX_ON.search(clean, m.end())
+                    if on:
+                        deps.append(Dependency(qn, normalize(on.group("table")), "On", line))
+                        refs.reads = [r for r in refs.reads if r != normalize(on.group("table"))]
+                sym.metadata.update(
+                    {
+                        "reads": refs.reads,
+                        "writes": refs.writes,
+                        "executes": refs.executes,
+                        "operations": refs.operations,
+                        "transaction": refs.transaction,
+                        "try_catch": refs.try_catch,
+                    }
+                )
+                deps += [Dependency(qn, r, "ReadsFrom", line) for r in refs.reads if r != qn]
+                deps += [Dependency(qn, w, "WritesTo", line) for w in refs.writes if w != qn]
+                deps += [Dependency(qn, e, "Executes", line) for e in refs.executes if e != qn]
+            symbols.append(sym)
+    return symbols, list(dict.fromkeys(deps))
