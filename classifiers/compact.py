@@ -108,7 +108,9 @@ def _skeleton_lines(symbols: list[Symbol], keep: set[str], usings: int) -> list[
                 lines.append(f"{indent}{sig} {{")
                 open_types.append(sym.qualified_name)
         elif sym.kind == "property":
-            lines.append(indent + sig + ("" if sig.endswith((";", "}")) else ";"))
+            tail = sym.text.rsplit("}", 1)[-1] if "{" in sym.text else ""
+            note = "  // initializer elided" if "=" in tail else ""
+            lines.append(indent + sig + ("" if sig.endswith((";", "}")) else ";") + note)
         else:
             body = sym.end_line - sym.start_line + 1
             lines.append(f"{indent}{sig} {{ /* body elided: {body} line(s) */ }}")

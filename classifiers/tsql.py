@@ -71,11 +71,16 @@ _KEYWORDS = {
 }
 _DML = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|MERGE|TRUNCATE)\b", re.I)
 _SQL_EVIDENCE = re.compile(
-    r"\b(CREATE\s+(OR\s+ALTER\s+)?(PROC(EDURE)?|TABLE|VIEW|FUNCTION|TRIGGER|INDEX)|"
-    r"ALTER\s+(TABLE|PROC(EDURE)?)|SELECT\s+[\w\*\[@]|INSERT\s+INTO|UPDATE\s+[\w\[\].]+\s+SET|"
-    r"DELETE\s+FROM|BEGIN\s+TRAN(SACTION)?|DECLARE\s+@\w+|SET\s+NOCOUNT|EXEC(UTE)?\s+[\w\[]|"
-    r"RAISERROR|THROW\s+\d|BEGIN\s+TRY|PRIMARY\s+KEY|FOREIGN\s+KEY|NVARCHAR|VARCHAR\s*\()",
-    re.I,
+    r"\b(CREATE\s+(OR\s+ALTER\s+)?(PROC(EDURE)?|TABLE|VIEW|FUNCTION|TRIGGER|(UNIQUE\s+)?"
+    r"(NON)?(CLUSTERED\s+)?INDEX)\s+[\w\[#]|"
+    r"ALTER\s+(TABLE|PROC(EDURE)?)\s+[\w\[]|SELECT\s+(TOP\s*\(?\s*\w+\)?\s+)?[\w\*\[@(][^;]{0,400}?\bFROM\s+[\w\[@#]|"
+    r"SELECT\s+@@\w+|SELECT\s+@\w+\s*=|SELECT\s+\[?\w+\]?\.\w+\s*\(|"
+    r"INSERT\s+INTO\s+[\w\[@#]|UPDATE\s+[\w\[\].]+\s+SET\s+[\w\[]|DELETE\s+(\w+\s+)?FROM\s+[\w\[]|"
+    r"BEGIN\s+TRAN(SACTION)?\b|DECLARE\s+@\w+|SET\s+NOCOUNT\s+ON|"
+    r"EXEC(UTE)?\s+(\[?\w+\]?\.\[?\w+|sp_\w+|usp_\w+)|RAISERROR\s*\(|THROW\s+\d+\s*,|BEGIN\s+TRY\b|"
+    r"PRIMARY\s+KEY\s*(CLUSTERED|NONCLUSTERED|\()|FOREIGN\s+KEY\s*\(|N?VARCHAR\s*\(\s*(\d+|MAX)\s*\)|"
+    r"DROP\s+(TABLE|INDEX|PROC(EDURE)?|VIEW)\s+[\w\[]|TRUNCATE\s+TABLE\s+[\w\[])",
+    re.I | re.S,
 )
 
 

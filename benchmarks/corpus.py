@@ -1,0 +1,450 @@
+"""A generated corpus of realistic C#, T-SQL and other files, for classifier accuracy.
+
+Deterministic for a seed. Each item is (expected language, file name, text). The
+templates follow the shapes of real code: services with injected repositories,
+Dapper/ADO.NET/EF data access, controllers, entities, records, migrations; tables
+with constraints, procedures with TRY/CATCH and transactions, views, functions,
+triggers, GO batches; and look-alikes that must not pass: Java, TypeScript,
+Python, JSON, XML project files, YAML, Markdown.
+"""
+
+from __future__ import annotations
+
+import random
+
+NOUNS = [
+    "Order",
+    "Customer",
+    "Invoice",
+    "Shipment",
+    "Product",
+    "Basket",
+    "Payment",
+    "Supplier",
+    "Warehouse",
+    "Refund",
+    "Coupon",
+    "Review",
+    "Account",
+    "Ledger",
+    "Employee",
+    "Ticket",
+]
+
+
+def _cs_service(r: random.Random, n: str) -> str:
+    dep = r.choice(NOUNS)
+    return f"""using System;
+using System.Threading.Tasks;
+using Microsoft.Extensions.Logging;
+
+namespace Contoso.{r.choice(["Core", "Domain", "Application"])}.Services
+{{
+    /// <summary>Handles {n.lower()} use cases.</summary>
+    public sealed class {n}Service : I{n}Service
+    {{
+        private readonly I{n}Repository _repository;
+        private readonly I{dep}Repository _{dep.lower()}s;
+        private readonly ILogger<{n}Service> _logger;
+
+        public {n}Service(I{n}Repository repository, I{dep}Repository {dep.lower()}s, ILogger<{n}Service> logger)
+        {{
+            _repository = repository ?? throw new ArgumentNullException(nameof(repository));
+            _{dep.lower()}s = {dep.lower()}s;
+            _logger = logger;
+        }}
+
+        public async Task<{n}Dto?> GetAsync(int id)
+        {{
+            var entity = await _repository.FindAsync(id);
+            return entity is null ? null : new {n}Dto(entity.Id, entity.Name);
+        }}
+
+        public async Task<int> CreateAsync(Create{n}Request request)
+        {{
+            if (string.IsNullOrWhiteSpace(request.Name)) throw new ArgumentException("Name is required");
+            var id = await _repository.InsertAsync(new {n} {{ Name = request.Name }});
+            _logger.LogInformation("Created {{Id}}", id);
+            return id;
+        }}
+    }}
+}}
+"""
+
+
+def _cs_dapper(r: random.Random, n: str) -> str:
+    table = f"dbo.{n}s"
+    return f"""using System.Data;
+using Dapper;
+
+namespace Contoso.Infrastructure.Repositories;
+
+public class {n}Repository : I{n}Repository
+{{
+    private readonly IDbConnection _db;
+    public {n}Repository(IDbConnection db) => _db = db;
+
+    public Task<{n}?> FindAsync(int id) =>
+        _db.QuerySingleOrDefaultAsync<{n}>("SELECT Id, Name FROM {table} WHERE Id = @id", new {{ id }});
+
+    public Task<int> InsertAsync({n} item) =>
+        _db.ExecuteScalarAsync<int>(@"INSERT INTO {table} (Name) VALUES (@Name);
+                                      SELECT CAST(SCOPE_IDENTITY() AS INT);", item);
+}}
+"""
+
+
+def _cs_ado(r: random.Random, n: str) -> str:
+    return f"""using Microsoft.Data.SqlClient;
+
+namespace Legacy.Data
+{{
+    public class {n}Gateway
+    {{
+        private readonly string _cs;
+        public {n}Gateway(string cs) {{ _cs = cs; }}
+
+        public int Archive(int olderThanDays)
+        {{
+            using (var conn = new SqlConnection(_cs))
+            using (var cmd = conn.CreateCommand())
+            {{
+                cmd.CommandText = "DELETE FROM dbo.{n}s WHERE CreatedAt < DATEADD(day, -@d, SYSUTCDATETIME())";
+                cmd.Parameters.AddWithValue("@d", olderThanDays);
+                conn.Open();
+                return cmd.ExecuteNonQuery();
+            }}
+        }}
+    }}
+}}
+"""
+
+
+def _cs_entity(r: random.Random, n: str) -> str:
+    props = "\n".join(
+        f"    public {t} {p} {{ get; set; }}"
+        for t, p in r.sample(
+            [
+                ("int", "Id"),
+                ("string", "Name"),
+                ("decimal", "Amount"),
+                ("DateTime", "CreatedAt"),
+                ("bool", "IsActive"),
+                ("Guid", "ExternalId"),
+                ("string?", "Notes"),
+            ],
+            5,
+        )
+    )
+    return f"""namespace Contoso.Domain.Entities;
+
+/// <summary>The {n.lower()} aggregate.</summary>
+public class {n}
+{{
+{props}
+}}
+
+public record {n}Dto(int Id, string Name);
+"""
+
+
+def _cs_controller(r: random.Random, n: str) -> str:
+    return f"""using Microsoft.AspNetCore.Mvc;
+
+namespace Contoso.Api.Controllers;
+
+[ApiController]
+[Route("api/[controller]")]
+public class {n}sController : ControllerBase
+{{
+    private readonly I{n}Service _service;
+    public {n}sController(I{n}Service service) => _service = service;
+
+    [HttpGet("{{id:int}}")]
+    public async Task<ActionResult<{n}Dto>> Get(int id)
+    {{
+        var dto = await _service.GetAsync(id);
+        return dto is null ? NotFound() : Ok(dto);
+    }}
+}}
+"""
+
+
+def _cs_interface(r: random.Random, n: str) -> str:
+    return f"""namespace Contoso.Domain.Abstractions
+{{
+    public interface I{n}Repository
+    {{
+        Task<{n}?> FindAsync(int id);
+        Task<int> InsertAsync({n} item);
+    }}
+
+    public enum {n}State {{ Draft, Active, Closed }}
+}}
+"""
+
+
+def _cs_migration(r: random.Random, n: str) -> str:
+    return f"""using Microsoft.EntityFrameworkCore.Migrations;
+
+#nullable disable
+
+namespace Contoso.Infrastructure.Migrations
+{{
+    public partial class Add{n}Index : Migration
+    {{
+        protected override void Up(MigrationBuilder migrationBuilder)
+        {{
+            migrationBuilder.Sql("CREATE INDEX IX_{n}s_Name ON dbo.{n}s (Name)");
+        }}
+
+        protected override void Down(MigrationBuilder migrationBuilder)
+        {{
+            migrationBuilder.Sql("DROP INDEX IX_{n}s_Name ON dbo.{n}s");
+        }}
+    }}
+}}
+"""
+
+
+def _cs_worker(r: random.Random, n: str) -> str:
+    return f"""using System.Threading;
+
+internal static class {n}Extensions
+{{
+    internal static bool IsExpired(this {n} item, DateTime now) => item.CreatedAt.AddDays(30) < now;
+
+    internal static IEnumerable<T> Batch<T>(this IEnumerable<T> source, int size)
+    {{
+        var bucket = new List<T>(size);
+        foreach (var x in source)
+        {{
+            bucket.Add(x);
+            if (bucket.Count == size) {{ yield return default!; bucket.Clear(); }}
+        }}
+    }}
+}}
+"""
+
+
+def _sql_table(r: random.Random, n: str) -> str:
+    return f"""CREATE TABLE [dbo].[{n}s] (
+    [Id] INT IDENTITY(1,1) NOT NULL,
+    [Name] NVARCHAR(200) NOT NULL,
+    [CustomerId] INT NULL,
+    [CreatedAt] DATETIME2(3) NOT NULL CONSTRAINT [DF_{n}s_CreatedAt] DEFAULT (SYSUTCDATETIME()),
+    CONSTRAINT [PK_{n}s] PRIMARY KEY CLUSTERED ([Id] ASC),
+    CONSTRAINT [FK_{n}s_Customers] FOREIGN KEY ([CustomerId]) REFERENCES [dbo].[Customers] ([Id])
+);
+GO
+CREATE NONCLUSTERED INDEX [IX_{n}s_CustomerId] ON [dbo].[{n}s] ([CustomerId]);
+GO
+"""
+
+
+def _sql_proc(r: random.Random, n: str) -> str:
+    other = r.choice(NOUNS)
+    return f"""SET ANSI_NULLS ON
+GO
+SET QUOTED_IDENTIFIER ON
+GO
+-- =============================================
+-- Description: archives old {n.lower()}s
+-- =============================================
+CREATE OR ALTER PROCEDURE [dbo].[usp_Archive{n}s]
+    @OlderThan DATETIME2,
+    @BatchSize INT = 500
+AS
+BEGIN
+    SET NOCOUNT ON;
+    BEGIN TRY
+        BEGIN TRANSACTION;
+        INSERT INTO dbo.{n}sArchive (Id, Name, CreatedAt)
+        SELECT TOP (@BatchSize) Id, Name, CreatedAt FROM dbo.{n}s WHERE CreatedAt < @OlderThan;
+        DELETE t FROM dbo.{n}s t JOIN dbo.{n}sArchive a ON a.Id = t.Id;
+        UPDATE dbo.{other}s SET LastArchivedAt = SYSUTCDATETIME();
+        COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+        IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+        DECLARE @msg NVARCHAR(2048) = ERROR_MESSAGE();
+        RAISERROR(@msg, 16, 1);
+    END CATCH
+END
+GO
+"""
+
+
+def _sql_view(r: random.Random, n: str) -> str:
+    return f"""CREATE VIEW dbo.vw_{n}Summary
+WITH SCHEMABINDING
+AS
+SELECT x.CustomerId, COUNT_BIG(*) AS Cnt, SUM(x.Amount) AS Total
+FROM dbo.{n}s AS x
+GROUP BY x.CustomerId;
+GO
+"""
+
+
+def _sql_function_trigger(r: random.Random, n: str) -> str:
+    return f"""CREATE FUNCTION dbo.fn_{n}Count (@CustomerId INT)
+RETURNS INT
+AS
+BEGIN
+    RETURN (SELECT COUNT(*) FROM dbo.{n}s WHERE CustomerId = @CustomerId);
+END
+GO
+
+CREATE TRIGGER dbo.trg_{n}s_Audit ON dbo.{n}s
+AFTER UPDATE
+AS
+BEGIN
+    SET NOCOUNT ON;
+    INSERT INTO dbo.AuditLog (TableName, RowId, ChangedAt)
+    SELECT '{n}s', i.Id, SYSUTCDATETIME() FROM inserted i;
+END
+GO
+"""
+
+
+def _sql_script(r: random.Random, n: str) -> str:
+    return f"""-- Data fix for ticket #{r.randint(1000, 9999)}
+DECLARE @cutoff DATETIME2 = DATEADD(MONTH, -6, SYSUTCDATETIME());
+
+;WITH stale AS (
+    SELECT Id FROM dbo.{n}s WHERE CreatedAt < @cutoff AND IsActive = 1
+)
+UPDATE t SET IsActive = 0
+FROM dbo.{n}s t
+JOIN stale s ON s.Id = t.Id;
+
+SELECT @@ROWCOUNT AS Updated;
+GO
+"""
+
+
+def _other(r: random.Random, n: str) -> tuple[str, str]:
+    kind = r.randrange(7)
+    if kind == 0:
+        return (
+            "x.java",
+            f"""package com.contoso.{n.lower()};
+
+import java.util.List;
+
+public class {n}Service extends BaseService implements {n}Api {{
+    private final {n}Repository repository;
+    public {n}Service({n}Repository repository) {{ this.repository = repository; }}
+    @Override
+    public List<{n}> findAll() throws ServiceException {{ return repository.findAll(); }}
+}}
+""",
+        )
+    if kind == 1:
+        return (
+            "x.ts",
+            f"""import {{ Injectable }} from '@angular/core';
+
+export interface {n} {{ id: number; name: string; }}
+
+@Injectable()
+export class {n}Service {{
+  constructor(private http: HttpClient) {{}}
+  get(id: number): Observable<{n}> {{ return this.http.get<{n}>(`/api/{n.lower()}s/${{id}}`); }}
+}}
+""",
+        )
+    if kind == 2:
+        return (
+            "x.py",
+            f"""from dataclasses import dataclass
+
+
+@dataclass
+class {n}:
+    id: int
+    name: str
+
+
+def load_{n.lower()}s(conn) -> list[{n}]:
+    rows = conn.execute("SELECT id, name FROM {n.lower()}s").fetchall()
+    return [{n}(*row) for row in rows]
+""",
+        )
+    if kind == 3:
+        return (
+            "appsettings.json",
+            f"""{{
+  "ConnectionStrings": {{ "Default": "Server=.;Database={n}Db;Trusted_Connection=True" }},
+  "Logging": {{ "LogLevel": {{ "Default": "Information" }} }},
+  "Features": {{ "{n}Import": true }}
+}}
+""",
+        )
+    if kind == 4:
+        return (
+            "x.csproj",
+            f"""<Project Sdk="Microsoft.NET.Sdk.Web">
+  <PropertyGroup>
+    <TargetFramework>net8.0</TargetFramework>
+    <RootNamespace>Contoso.{n}</RootNamespace>
+  </PropertyGroup>
+  <ItemGroup>
+    <PackageReference Include="Dapper" Version="2.1.35" />
+  </ItemGroup>
+</Project>
+""",
+        )
+    if kind == 5:
+        return (
+            "README.md",
+            f"""# {n} module
+
+The {n.lower()} module exposes a REST API and stores data in SQL Server.
+Run `dotnet test` to execute the tests. The `{n}Service` class is the entry point;
+select the connection string in `appsettings.json`.
+""",
+        )
+    return (
+        "pipeline.yml",
+        f"""trigger:
+  - main
+pool:
+  vmImage: ubuntu-latest
+steps:
+  - script: dotnet build {n}.sln
+  - script: dotnet test
+""",
+    )
+
+
+CS = [
+    _cs_service,
+    _cs_dapper,
+    _cs_ado,
+    _cs_entity,
+    _cs_controller,
+    _cs_interface,
+    _cs_migration,
+    _cs_worker,
+]
+SQL = [_sql_table, _sql_proc, _sql_view, _sql_function_trigger, _sql_script]
+
+
+def corpus(n: int = 300, seed: int = 1) -> list[tuple[str, str, str]]:
+    """(expected language, file name, text) items: 40% C#, 40% T-SQL, 20% other."""
+    r = random.Random(seed)
+    items = []
+    for i in range(n):
+        noun = r.choice(NOUNS) + (
+            r.choice(["", "Line", "Item", "Batch"]) if r.random() < 0.3 else ""
+        )
+        bucket = i % 5
+        if bucket < 2:
+            items.append(("dotnet", f"{noun}.cs", r.choice(CS)(r, noun)))
+        elif bucket < 4:
+            items.append(("sql", f"{noun}.sql", r.choice(SQL)(r, noun)))
+        else:
+            name, text = _other(r, noun)
+            items.append(("unknown", name, text))
+    return items
