@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from actions._scope import run_scope
 from runtime.action import Action, Outcome, StepContext, setting_ref
 
 
@@ -35,8 +38,69 @@ class ExpandDependencyTree(Action):
         },
     }
     reads = ("retrieval_seed_nodes",)
+    runnable = True
     writes = ("graph_seed_nodes", "graph_expanded_nodes", "graph_edges", "graph_debug")
 
+    @staticmethod
+    def _param(ctx: StepContext, name: str, default: Any) -> Any:
+        if name in ctx.step:
+            return ctx.step[name]
+        key = ctx.step.get(f"{name}_from_settings")
+        return ctx.settings[key] if isinstance(key, str) else default
+
     def run(self, ctx: StepContext) -> Outcome | None:
-        """Not runnable yet."""
-        raise NotImplementedError
+        """Walk the graph breadth-first; never through nodes the caller may not see."""
+        seeds = [s for s in ctx.get("retrieval_seed_nodes", []) if isinstance(s, str)]
+        max_depth = int(self._param(ctx, "max_depth", 2))
+        max_nodes = int(self._param(ctx, "max_nodes", 25))
+        allow = self._param(ctx, "edge_allowlist", None)
+        direction = ctx.step.get("direction", "out")
+        if not seeds:
+            for name in ("graph_seed_nodes", "graph_expanded_nodes", "graph_edges"):
+                ctx.set(name, [])
+            ctx.set("graph_debug", {"reason": "no_seeds", "seeds": 0, "expanded": 0, "edges": 0})
+            return None
+        store, scope = ctx.services.node_store, run_scope(ctx)
+        visible = store.get_nodes(seeds, scope=scope)
+        order = [s for s in dict.fromkeys(seeds) if s in visible][:max_nodes]
+        included = set(order)
+        edges: list[dict[str, str]] = []
+        frontier, depth, truncated = list(order), 0, False
+        while frontier and depth < max_depth and not truncated:
+            depth += 1
+            nxt: list[str] = []
+            for f, t, e in store.edges(
+                frontier, scope=scope, direction=direction, edge_types=allow
+            ):
+                other = t if f in frontier and (direction != "in" or t not in frontier) else f
+                if other not in included:
+                    if len(included) >= max_nodes:
+                        truncated = True
+                        continue
+                    included.add(other)
+                    order.append(other)
+                    nxt.append(other)
+                edges.append({"from_id": f, "to_id": t, "edge_type": e})
+            frontier = nxt
+        edges = [
+            e
+            for e in {(d["from_id"], d["to_id"], d["edge_type"]): d for d in edges}.values()
+            if e["from_id"] in included and e["to_id"] in included
+        ]
+        ctx.set("graph_seed_nodes", order[: len([s for s in seeds if s in visible])])
+        ctx.set("graph_expanded_nodes", order)
+        ctx.set("graph_edges", edges)
+        debug = {
+            "seeds": len([s for s in order if s in seeds]),
+            "expanded": len(order) - len([s for s in order if s in seeds]),
+            "edges": len(edges),
+            "depth_reached": depth,
+            "max_depth": max_depth,
+            "max_nodes": max_nodes,
+            "direction": direction,
+        }
+        if truncated:
+            debug["truncated"] = True
+        ctx.set("graph_debug", debug)
+        ctx.trace("EXPAND", **debug)
+        return None

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from actions._scope import run_scope
 from runtime.action import Action, Outcome, Problem, StepContext, setting_ref
+from runtime.blocks import format_block, selected_metadata
+from runtime.errors import RunError
+
+# Ordered from least to most sensitive: the aggregate reports the highest present.
+CLASSIFICATION_LEVELS = ("public", "internal", "confidential", "restricted", "secret")
 
 MODES = ("seed_first", "graph_first", "balanced")
 
@@ -34,6 +41,7 @@ class FetchNodeTexts(Action):
         },
     }
     reads = ("retrieval_seed_nodes", "graph_expanded_nodes", "graph_edges")
+    runnable = True
     writes = ("node_texts", "fetch_debug", "security_labels", "security_classification")
 
     @classmethod
@@ -69,6 +77,141 @@ class FetchNodeTexts(Action):
                 (path,),
             )
 
+    @staticmethod
+    def _mode(ctx: StepContext) -> tuple[str, str]:
+        mode, source = ctx.step.get("prioritization_mode", "balanced"), "yaml"
+        for msg in ctx.messages:  # the last message that asks wins
+            wanted = msg.payload.get("prioritization_mode")
+            if wanted is not None:
+                if wanted not in MODES:
+                    raise RunError(
+                        f"inbox message {msg.id} asks for prioritization_mode {wanted!r}; "
+                        f"valid: {', '.join(MODES)}",
+                        code="PRIORITIZATION_MODE_INVALID",
+                    )
+                mode, source = wanted, "inbox"
+        return mode, source
+
+    @staticmethod
+    def _bfs(
+        seeds: list[str], edges: list[dict[str, str]]
+    ) -> tuple[dict[str, int], dict[str, str | None], dict[str, str]]:
+        """Depth, parent and root seed of every node reachable from the seeds (edges undirected)."""
+        adj: dict[str, list[str]] = {}
+        for e in edges:
+            adj.setdefault(e["from_id"], []).append(e["to_id"])
+            adj.setdefault(e["to_id"], []).append(e["from_id"])
+        depth = {s: 0 for s in seeds}
+        parent: dict[str, str | None] = {s: None for s in seeds}
+        root = {s: s for s in seeds}
+        queue = deque(seeds)
+        while queue:
+            cur = queue.popleft()
+            for nxt in sorted(adj.get(cur, [])):
+                if nxt not in depth:
+                    depth[nxt], parent[nxt], root[nxt] = depth[cur] + 1, cur, root[cur]
+                    queue.append(nxt)
+        return depth, parent, root
+
+    @staticmethod
+    def order(
+        mode: str, seeds: list[str], graph: list[str], depth: dict[str, int], root: dict[str, str]
+    ) -> list[str]:
+        """Candidate order for a prioritization mode."""
+        ranked_graph = sorted(graph, key=lambda n: (depth.get(n, 10**6), n))
+        if mode == "seed_first":
+            return seeds + ranked_graph
+        if mode == "graph_first":
+            out: list[str] = []
+            for s in seeds:
+                out.append(s)
+                out += [g for g in ranked_graph if root.get(g) == s]
+            return out + [g for g in ranked_graph if g not in out]
+        out, gi = [], iter(ranked_graph)
+        for s in seeds:
+            out.append(s)
+            g = next(gi, None)
+            if g is not None:
+                out.append(g)
+        return out + list(gi)
+
+    def _budget(self, ctx: StepContext) -> tuple[str, int]:
+        step = ctx.step
+        if "max_chars" in step:
+            return "chars", int(step["max_chars"])
+        if "budget_tokens" in step:
+            return "tokens", int(step["budget_tokens"])
+        if "budget_tokens_from_settings" in step:
+            return "tokens", int(ctx.settings[step["budget_tokens_from_settings"]])
+        return "tokens", int(0.7 * int(ctx.settings["max_context_tokens"]))
+
     def run(self, ctx: StepContext) -> Outcome | None:
-        """Not runnable yet."""
-        raise NotImplementedError
+        """Order candidates, then take each whole block that fits (atomic skip)."""
+        mode, source = self._mode(ctx)
+        seeds = list(
+            dict.fromkeys(s for s in ctx.get("retrieval_seed_nodes", []) if isinstance(s, str))
+        )
+        expanded = [n for n in ctx.get("graph_expanded_nodes", []) if isinstance(n, str)]
+        graph = [n for n in dict.fromkeys(expanded) if n not in seeds]
+        depth, parent, root = self._bfs(seeds, list(ctx.get("graph_edges", [])))
+        candidates = self.order(mode, seeds, graph, depth, root)
+        nodes = ctx.services.node_store.get_nodes(candidates, scope=run_scope(ctx))
+        unit, budget = self._budget(ctx)
+        counter = ctx.services.tokens() if unit == "tokens" else None
+        fields = ctx.step.get("metadata_fields")
+        with_meta = bool(ctx.step.get("include_metadata_in_context"))
+        used, items, decisions, missing, empty = 0, [], [], 0, 0
+        for nid in candidates:
+            node = nodes.get(nid)
+            if node is None:
+                missing += 1
+                decisions.append(
+                    {"id": nid, "decision": "skip", "reason": "missing_or_not_visible"}
+                )
+                continue
+            if not node.text.strip():
+                empty += 1
+                decisions.append({"id": nid, "decision": "skip", "reason": "empty"})
+                continue
+            meta = selected_metadata(node.metadata, fields) if with_meta else {}
+            block = format_block(node.to_dict(), compact=False, metadata=meta)
+            cost = counter.count_cached(block + "\n\n") if counter else len(block) + 2
+            if used + cost > budget:
+                decisions.append(
+                    {"id": nid, "decision": "skip", "reason": "over_budget", "cost": cost}
+                )
+                continue
+            used += cost
+            items.append(
+                {
+                    "id": nid,
+                    "text": node.text,
+                    "path": node.path,
+                    "language": node.language,
+                    "is_seed": nid in seeds,
+                    "depth": depth.get(nid),
+                    "parent_id": parent.get(nid),
+                    "labels": node.labels,
+                    "metadata": meta,
+                }
+            )
+            decisions.append({"id": nid, "decision": "include", "cost": cost})
+        labels = sorted({lb for it in items for lb in it["labels"]})
+        levels = [lb for lb in CLASSIFICATION_LEVELS if lb in labels]
+        ctx.set("node_texts", items)
+        ctx.set("security_labels", labels)
+        ctx.set("security_classification", levels[-1] if levels else None)
+        debug = {
+            "mode": mode,
+            "mode_source": source,
+            "budget": budget,
+            "unit": unit,
+            "used": used,
+            "included": len(items),
+            "missing": missing,
+            "empty": empty,
+            "candidates": decisions,
+        }
+        ctx.set("fetch_debug", debug)
+        ctx.trace("FETCH_NODE_TEXTS", **{k: v for k, v in debug.items() if k != "candidates"})
+        return None

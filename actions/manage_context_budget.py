@@ -6,6 +6,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from runtime.action import Action, Outcome, Problem, StepContext
+from runtime.blocks import block_id, format_block
+from runtime.errors import RunError
+
+SEP = "\n\n"
 
 _RULE = {
     "type": "object",
@@ -48,6 +52,7 @@ class ManageContextBudget(Action):
     outcomes = ("ok", "over")
     reads = ("context_blocks", "node_texts")
     writes = ("context_blocks", "node_texts")
+    runnable = True
 
     @classmethod
     def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:
@@ -83,6 +88,95 @@ class ManageContextBudget(Action):
             if policy == "demand" and not rule.get("inbox_key"):
                 yield Problem("COMPACTION_RULE_INVALID", "policy demand needs `inbox_key`", path)
 
+    @staticmethod
+    def _language(item: Mapping[str, Any]) -> str:
+        lang = item.get("language")
+        if lang in ("sql", "dotnet", "unknown"):
+            return str(lang)  # set by the indexer through classifiers
+        import classifiers
+
+        return classifiers.classify(str(item.get("text", ""))).language
+
     def run(self, ctx: StepContext) -> Outcome | None:
-        """Not runnable yet."""
-        raise NotImplementedError
+        """Append all incoming nodes (compacted per the rules) or none of them."""
+        limit = int(ctx.settings["max_context_tokens"])
+        counter = ctx.services.tokens()
+        marker = ctx.step.get("divide_new_content")
+        existing = [b for b in ctx.get("context_blocks", []) if isinstance(b, str)]
+        incoming = [i for i in ctx.get("node_texts", []) if isinstance(i, Mapping)]
+        rules = list((ctx.step.get("compact_code") or {}).get("rules") or [])
+        demand_topics = {r["inbox_key"] for r in rules if r.get("policy") == "demand"}
+        demands = [m for m in ctx.messages if m.topic in demand_topics]
+        active = {m.topic for m in demands}
+        base = [b for b in existing if b != marker] if marker else existing
+        present = {block_id(b) for b in base}
+        current = counter.count_joined(base, SEP) if base else 0
+        raw_blocks = [format_block(i, compact=False) for i in incoming]
+        raw_total = counter.count_joined(raw_blocks, SEP) if raw_blocks else 0
+        if raw_total > limit:
+            raise RunError(
+                f"the incoming texts alone need {raw_total} tokens, more than "
+                f"max_context_tokens {limit}",
+                code="PIPELINE_BUDGET_MISCONFIG",
+            )
+        total = current + (counter.count_cached(marker + SEP) if marker and incoming else 0)
+        new_blocks: list[str] = []
+        per_node: list[dict[str, Any]] = []
+        for item, raw in zip(incoming, raw_blocks, strict=True):
+            nid = item.get("id")
+            if nid in present:
+                per_node.append({"id": nid, "path": item.get("path"), "skipped": "duplicate"})
+                continue
+            lang = self._language(item)
+            rule = next((r for r in rules if r.get("language") == lang), None)
+            policy = rule.get("policy") if rule else None
+            before = counter.count_cached(raw + SEP)
+            compact = (
+                policy == "always"
+                or (policy == "threshold" and total + before > float(rule["threshold"]) * limit)
+                or (policy == "demand" and rule.get("inbox_key") in active)
+            )
+            block = raw
+            if compact:
+                import classifiers
+
+                text = classifiers.compact(str(item.get("text", "")), lang, counter=counter)
+                compact = text != item.get("text")  # compaction that saves nothing is not claimed
+                block = format_block(item, compact=True, text=text) if compact else raw
+            after = counter.count_cached(block + SEP)
+            total += after
+            present.add(nid)
+            per_node.append(
+                {
+                    "id": nid,
+                    "path": item.get("path"),
+                    "language": lang,
+                    "policy": policy,
+                    "compacted": compact,
+                    "tokens_before": before,
+                    "tokens_after": after,
+                }
+            )
+            new_blocks.append(block)
+        final = base + ([marker] if marker and new_blocks else []) + new_blocks
+        # Exact, and still incremental: count_joined reuses every block's cached count.
+        total = counter.count_joined(final, SEP) if final else 0
+        fits = total <= limit
+        decision = "ok" if fits else "over"
+        ctx.trace(
+            "MANAGE_CONTEXT_BUDGET",
+            budget=limit,
+            current_tokens=current,
+            total_tokens=total,
+            decision=decision,
+            demand=sorted(active),
+            nodes=per_node,
+        )
+        if not fits:
+            for m in demands:  # the demand is not spent: it waits for the next attempt
+                ctx.requeue(m)
+            return Outcome.to_branch("over")
+        if new_blocks:
+            ctx.set("context_blocks", final)
+        ctx.set("node_texts", [])
+        return Outcome.to_branch("ok")

@@ -5,7 +5,22 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from actions import _jsonish
+from actions._scope import run_scope
+from actions.repeat_query_guard import normalize_query
 from runtime.action import Action, Outcome, Problem, StepContext
+from runtime.errors import RunError
+
+CLEARED = {
+    "retrieval_seed_nodes": [],
+    "retrieval_hits": [],
+    "graph_seed_nodes": [],
+    "graph_expanded_nodes": [],
+    "graph_edges": [],
+    "graph_debug": {},
+    "node_texts": [],
+}
+_NARROWING = ("kind", "language", "path_prefix")
 
 SEARCH_TYPES = ("bm25", "semantic", "hybrid", "auto")
 
@@ -51,6 +66,7 @@ class SearchNodes(Action):
         },
     }
     reads = ("last_model_response", "retrieval_queries_asked")
+    runnable = True
     writes = (
         "retrieval_seed_nodes",
         "retrieval_hits",
@@ -70,6 +86,115 @@ class SearchNodes(Action):
                 key=True,
             )
 
+    @staticmethod
+    def _narrow(static: dict[str, Any], model: Any) -> tuple[dict[str, Any], list[str]]:
+        """Model filters may only narrow the step's filters; anything else is ignored."""
+        out = dict(static)
+        ignored: list[str] = []
+        if not isinstance(model, dict):
+            return out, ignored
+        for key, value in model.items():
+            if key not in _NARROWING:
+                ignored.append(key)  # repository, snapshot, labels, ...: never from a model
+                continue
+            if key == "path_prefix":
+                base = static.get("path_prefix", "")
+                if isinstance(value, str) and value.startswith(base):
+                    out[key] = value
+                else:
+                    ignored.append(key)
+                continue
+            wanted = (
+                {value}
+                if isinstance(value, str)
+                else set(value)
+                if isinstance(value, list)
+                else set()
+            )
+            if key in static:
+                have = {static[key]} if isinstance(static[key], str) else set(static[key])
+                wanted &= have
+                if not wanted:
+                    ignored.append(key)
+                    continue
+            if wanted:
+                out[key] = sorted(wanted)
+        return out, ignored
+
     def run(self, ctx: StepContext) -> Outcome | None:
-        """Not runnable yet."""
-        raise NotImplementedError
+        """Search within the caller's scope; write the retrieval variables."""
+        step, settings = ctx.step, ctx.settings
+        source = step.get("query_from", "last_model_response")
+        raw = ctx.get(source) if "query_from" in step else ctx.get(source, None)
+        payload = _jsonish.parse_object(raw) if isinstance(raw, str | dict) else None
+        if payload is not None:
+            query = payload.get("query") if isinstance(payload.get("query"), str) else ""
+        else:
+            query = raw if isinstance(raw, str) else ""
+        if not query.strip():
+            raise RunError(f"empty search query (from {source!r})", code="QUERY_EMPTY")
+        payload = payload or {}
+        mode = step.get("search_type") or settings.get("search_type") or "bm25"
+        if mode == "auto":
+            mode = (
+                payload.get("search_type")
+                if payload.get("search_type") in ("bm25", "semantic", "hybrid")
+                else None
+            )
+            mode = mode or settings.get("search_type")
+            if mode not in ("bm25", "semantic", "hybrid"):
+                raise RunError(
+                    "search_type auto: neither the payload nor settings name a search type",
+                    code="SEARCH_TYPE_UNRESOLVED",
+                )
+        top_k = int(
+            step.get("top_k")
+            or settings.get(step.get("top_k_from_settings", ""), 0)
+            or settings.get("top_k")
+            or 8
+        )
+        asked_k = payload.get("top_k")
+        if (
+            step.get("allow_top_k_from_payload")
+            and isinstance(asked_k, int)
+            and 1 <= asked_k < top_k
+        ):
+            top_k = asked_k  # a payload may lower top_k, never raise it
+        filters, ignored = self._narrow(dict(step.get("filters") or {}), payload.get("filters"))
+        scope = run_scope(ctx)
+        for name, empty in CLEARED.items():
+            ctx.set(name, empty)
+        hits = ctx.services.node_store.search(
+            query,
+            scope=scope,
+            top_k=top_k,
+            search_type=mode,
+            filters=filters,
+            rrf_k=int(step.get("rrf_k", 60)),
+        )
+        ctx.set("retrieval_seed_nodes", [h["id"] for h in hits])
+        ctx.set(
+            "retrieval_hits",
+            [{"id": h["id"], "score": h["score"], "rank": h["rank"]} for h in hits],
+        )
+        ctx.set("retrieval_query", query)
+        ctx.set("retrieval_mode", mode)
+        asked = list(ctx.get("retrieval_queries_asked", []))
+        if normalize_query(query) not in {normalize_query(q) for q in asked}:
+            asked.append(query)
+        ctx.set("retrieval_queries_asked", asked)
+        ctx.trace(
+            "SEARCH",
+            query=query,
+            mode=mode,
+            top_k=top_k,
+            filters=filters,
+            ignored_model_filters=ignored,
+            hits=len(hits),
+            scope={
+                "repository": scope.repository,
+                "snapshot": scope.snapshot,
+                "allowed_labels": list(scope.allowed_labels or []),
+            },
+        )
+        return None

@@ -126,7 +126,13 @@ def compact_dotnet(text: str, budget_tokens: int | None = None, counter: Any = N
     """A skeleton: namespace, types, member signatures with their first doc line."""
     symbols, _, usings, _ = csharp.extract(text)
     if not any(s.kind != "namespace" for s in symbols):
-        return text
+        # A member on its own (an indexed method node): parse it inside a throwaway class.
+        wrapped, _, _, _ = csharp.extract(f"class __Snippet__ {{\n{text}\n}}")
+        symbols = [s for s in wrapped if s.qualified_name != "__Snippet__"]
+        for s in symbols:
+            s.qualified_name = s.qualified_name.removeprefix("__Snippet__.")
+        if not symbols:
+            return text
     keep = {s.qualified_name for s in symbols}
     out = _skeleton_lines(symbols, keep, len(usings))
     if budget_tokens is not None:

@@ -1,0 +1,128 @@
+"""`runtime index` and `runtime search`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from runtime.cli._common import handle_errors
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option(
+    "--index",
+    "index_path",
+    type=click.Path(dir_okay=False),
+    help="Index file (default $RUNTIME_INDEX or .runtime/index.db).",
+)
+@click.option("--repository", default="default", show_default=True, help="Repository name.")
+@click.option(
+    "--snapshot", default="main", show_default=True, help="Snapshot (branch, tag, commit)."
+)
+@click.option(
+    "--labels",
+    "labels_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="JSON/YAML mapping of path globs to security labels.",
+)
+@click.option("--embedder", help="Also store vectors: minilm, hashing, or openai:MODEL@URL.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print {files, nodes, edges, skipped, seconds}."
+)
+@handle_errors
+def index(
+    paths: tuple[str, ...],
+    index_path: str | None,
+    repository: str,
+    snapshot: str,
+    labels_file: str | None,
+    embedder: str | None,
+    as_json: bool,
+) -> None:
+    """Index C#, T-SQL, Markdown and text files under PATHS (incremental)."""
+    from runtime.embeddings import make_embedder
+    from runtime.indexer import index_paths, load_labels
+    from runtime.nodestore import open_store
+
+    store = open_store(index_path, create=True)
+    rules = load_labels(labels_file)
+    emb = make_embedder(embedder) if embedder else None
+    if sys.stderr.isatty() and not as_json:
+        from rich.console import Console
+
+        with Console(stderr=True).status("indexing") as status:
+            report = index_paths(
+                store,
+                list(paths),
+                repository=repository,
+                snapshot=snapshot,
+                label_rules=rules,
+                embedder=emb,
+                progress=lambda rel: status.update(f"indexing {rel}"),
+            )
+    else:
+        report = index_paths(
+            store,
+            list(paths),
+            repository=repository,
+            snapshot=snapshot,
+            label_rules=rules,
+            embedder=emb,
+        )
+    if as_json:
+        d = report.to_dict()
+        click.echo(json.dumps({k: d[k] for k in ("files", "nodes", "edges", "skipped", "seconds")}))
+    else:
+        click.echo(
+            f"indexed {report.files} file(s) ({report.unchanged} unchanged, {report.deleted} "
+            f"deleted, {report.skipped} skipped): {report.nodes} node(s) written, "
+            f"{report.edges} edge(s), {report.seconds:.2f}s -> {store.path}"
+        )
+
+
+@click.command()
+@click.argument("query")
+@click.option("--index", "index_path", type=click.Path(dir_okay=False), help="Index file.")
+@click.option(
+    "--type",
+    "search_type",
+    type=click.Choice(["bm25", "semantic", "hybrid"]),
+    default="bm25",
+    show_default=True,
+)
+@click.option("--top-k", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--repository", help="Only this repository.")
+@click.option("--snapshot", help="Only this snapshot.")
+@click.option(
+    "--label", "labels", multiple=True, help="A security label the caller may see (repeatable)."
+)
+@click.option("--json", "as_json", is_flag=True, help='Print {"hits": [...]}.')
+@handle_errors
+def search(
+    query: str,
+    index_path: str | None,
+    search_type: str,
+    top_k: int,
+    repository: str | None,
+    snapshot: str | None,
+    labels: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Search the node store."""
+    from runtime.nodestore import Scope, open_store
+
+    store = open_store(index_path)
+    scope = Scope(repository, snapshot, tuple(labels) if labels else None)
+    hits = store.search(query, scope=scope, top_k=top_k, search_type=search_type)
+    if as_json:
+        click.echo(json.dumps({"hits": hits}, indent=2))
+        return
+    if not hits:
+        click.echo("no hits")
+    for h in hits:
+        click.echo(
+            f"{h['rank']:>3}. {h['score']:>9.4f}  {h['kind']:<10} {h['name']:<32} {h['path']}"
+        )

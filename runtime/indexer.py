@@ -1,0 +1,265 @@
+"""Indexing source trees into the node store: one node per type, member and SQL object,
+heading-aware chunks for Markdown and text, edges resolved across the whole codebase.
+
+Incremental: a file whose content hash is unchanged is not parsed again; a file
+that disappeared loses its nodes. Edges are re-resolved for the whole snapshot
+from the stored per-file extraction summaries, so a change in one file updates
+edges that point into it from files that did not change.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from runtime.nodestore import Node, SqliteNodeStore, node_id
+
+CODE_SUFFIXES = {".cs", ".sql"}
+DOC_SUFFIXES = {".md", ".markdown", ".txt", ".rst"}
+SKIP_DIRS = {".git", "bin", "obj", "node_modules", ".vs", ".idea", "__pycache__", ".runtime"}
+MAX_CHUNK_CHARS = 2500
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
+
+
+@dataclass
+class IndexReport:
+    """What an indexing run did."""
+
+    files: int = 0
+    nodes: int = 0
+    edges: int = 0
+    skipped: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    seconds: float = 0.0
+    bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `runtime index --json` object (plus detail counters)."""
+        return asdict(self)
+
+
+def load_labels(path: str | None) -> list[tuple[str, list[str]]]:
+    """(glob, labels) rules from a JSON or YAML mapping file."""
+    if not path:
+        return []
+    import json
+
+    import yaml
+
+    from runtime.errors import UsageError
+
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise UsageError(f"labels file {path} is not valid: {exc}") from exc
+    if not isinstance(data, dict) or not all(
+        isinstance(v, list) and all(isinstance(x, str) for x in v) for v in data.values()
+    ):
+        raise UsageError(f"labels file {path} must map path globs to lists of labels")
+    return [(str(k), list(v)) for k, v in data.items()]
+
+
+def labels_for(rel: str, rules: Sequence[tuple[str, list[str]]]) -> list[str]:
+    """Labels of every rule whose glob matches the relative path."""
+    found: list[str] = []
+    for glob, labels in rules:
+        if fnmatch.fnmatch(rel, glob):
+            found += [lb for lb in labels if lb not in found]
+    return found
+
+
+def _files(roots: Sequence[str]) -> list[tuple[Path, str]]:
+    out = []
+    for root in roots:
+        base = Path(root)
+        if base.is_file():
+            out.append((base, base.name))
+            continue
+        for p in sorted(base.rglob("*")):
+            if p.is_file() and not any(part in SKIP_DIRS for part in p.relative_to(base).parts):
+                out.append((p, p.relative_to(base).as_posix()))
+    return out
+
+
+def doc_chunks(text: str, rel: str) -> list[tuple[str, str, int, int]]:
+    """(heading path, text, start line, end line) chunks split at headings."""
+    marks = [(m.start(), len(m.group(1)), m.group(2)) for m in _HEADING.finditer(text)]
+    if not marks or marks[0][0] > 0:
+        marks.insert(0, (0, 0, Path(rel).stem))
+    chunks = []
+    trail: list[tuple[int, str]] = []
+    for i, (start, level, title) in enumerate(marks):
+        end = marks[i + 1][0] if i + 1 < len(marks) else len(text)
+        trail = [(lv, t) for lv, t in trail if lv < level] + [(level, title)]
+        body = text[start:end].strip()
+        if not body:
+            continue
+        heading = " > ".join(t for _, t in trail)
+        line = text.count("\n", 0, start) + 1
+        for j in range(0, len(body), MAX_CHUNK_CHARS):
+            part = body[j : j + MAX_CHUNK_CHARS]
+            chunks.append(
+                (
+                    heading + (f" ({j // MAX_CHUNK_CHARS + 1})" if j else ""),
+                    part,
+                    line,
+                    line + part.count("\n"),
+                )
+            )
+    return chunks
+
+
+def _summary(ex: Any) -> dict[str, Any]:
+    """What cross-file resolution needs from an extraction (stored per file)."""
+    return {
+        "kind": ex.kind,
+        "language": ex.language,
+        "usings": ex.usings,
+        "symbols": [
+            {"kind": s.kind, "name": s.name, "qn": s.qualified_name, "language": s.language}
+            for s in ex.symbols
+        ],
+        "deps": [[d.from_qualified_name, d.to_name, d.edge_type, d.line] for d in ex.dependencies],
+    }
+
+
+def _from_summary(summary: dict[str, Any]) -> Any:
+    from classifiers.model import Dependency, Extraction, Symbol
+
+    ex = Extraction(summary["kind"], summary["language"], usings=summary.get("usings", []))
+    ex.symbols = [
+        Symbol(s["kind"], s["name"], s["qn"], s["language"], 0, 0) for s in summary["symbols"]
+    ]
+    ex.dependencies = [Dependency(*d) for d in summary["deps"]]
+    return ex
+
+
+def index_paths(
+    store: SqliteNodeStore,
+    roots: Sequence[str],
+    *,
+    repository: str = "default",
+    snapshot: str = "main",
+    label_rules: Sequence[tuple[str, list[str]]] = (),
+    progress: Callable[[str], None] | None = None,
+    embedder: Any = None,
+) -> IndexReport:
+    """Index files under roots into one repository snapshot."""
+    import classifiers
+    from runtime.embeddings import to_blob
+
+    started = time.perf_counter()
+    report = IndexReport()
+    known = store.file_hashes(repository, snapshot)
+    seen: set[str] = set()
+    new_vectors: dict[str, bytes] = {}
+    for path, rel in _files(roots):
+        if path.suffix.lower() not in CODE_SUFFIXES | DOC_SUFFIXES:
+            report.skipped += 1
+            continue
+        raw = path.read_bytes()
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            report.skipped += 1
+            continue
+        report.files += 1
+        report.bytes += len(raw)
+        seen.add(rel)
+        labels = labels_for(rel, label_rules)
+        digest = hashlib.sha256(raw + repr(labels).encode()).hexdigest()
+        if progress:
+            progress(rel)
+        if known.get(rel) == digest:
+            report.unchanged += 1
+            continue
+        nodes: list[Node] = []
+        summary: dict[str, Any] = {
+            "kind": "UNKNOWN",
+            "language": "unknown",
+            "symbols": [],
+            "deps": [],
+        }
+        if path.suffix.lower() in CODE_SUFFIXES:
+            ex = classifiers.extract(text, rel)
+            summary = _summary(ex)
+            for s in ex.symbols:
+                if s.kind == "namespace":
+                    continue
+                nodes.append(
+                    Node(
+                        node_id(repository, snapshot, s.kind, s.qualified_name),
+                        repository,
+                        snapshot,
+                        s.kind,
+                        s.name,
+                        s.qualified_name,
+                        rel,
+                        s.language,
+                        s.start_line,
+                        s.end_line,
+                        s.text,
+                        {"signature": s.signature, "doc": s.doc, **s.metadata},
+                        labels,
+                    )
+                )
+        else:
+            for heading, chunk, start, end in doc_chunks(text, rel):
+                qn = f"{rel}#{heading}"
+                nodes.append(
+                    Node(
+                        node_id(repository, snapshot, "doc", qn),
+                        repository,
+                        snapshot,
+                        "doc",
+                        heading,
+                        qn,
+                        rel,
+                        "unknown",
+                        start,
+                        end,
+                        chunk,
+                        {"heading": heading},
+                        labels,
+                    )
+                )
+        report.nodes += store.replace_file(repository, snapshot, rel, digest, nodes, summary)
+        if embedder is not None and nodes:
+            vectors = embedder.embed([f"{n.qualified_name}\n{n.text[:2000]}" for n in nodes])
+            new_vectors.update({n.id: to_blob(v) for n, v in zip(nodes, vectors, strict=True)})
+    for rel in sorted(set(known) - seen):
+        store.delete_file(repository, snapshot, rel)
+        report.deleted += 1
+    if new_vectors:
+        store.put_vectors(embedder.name, new_vectors)
+    report.edges = _resolve_edges(store, repository, snapshot)
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
+
+
+def _resolve_edges(store: SqliteNodeStore, repository: str, snapshot: str) -> int:
+    import classifiers
+
+    summaries = store.extractions(repository, snapshot)
+    exs = [_from_summary(s) for s in summaries.values()]
+    kind_of = {s.qualified_name: s.kind for ex in exs for s in ex.symbols}
+    edges = []
+    for e in classifiers.resolve(exs):
+        fk, tk = kind_of.get(e.from_qn), kind_of.get(e.to_qn)
+        if fk and tk and fk != "namespace" and tk != "namespace":
+            edges.append(
+                (
+                    node_id(repository, snapshot, fk, e.from_qn),
+                    node_id(repository, snapshot, tk, e.to_qn),
+                    e.edge_type,
+                )
+            )
+    return store.replace_edges(repository, snapshot, edges)

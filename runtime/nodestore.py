@@ -1,0 +1,561 @@
+"""The node store: code and documents as nodes plus a typed dependency graph, in SQLite.
+
+BM25 comes from FTS5. Identifiers are indexed in every spelling a person types:
+`BasketService`, `basket_service` and `basket service` all reach the same node.
+Every read takes a `Scope` (repository, snapshot, allowed labels) and never
+returns, nor walks through, a node outside it. A node with labels is visible
+only when every one of its labels is allowed; unlabelled nodes always are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from runtime.errors import StoreError
+
+DEFAULT_PATH = ".runtime/index.db"
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "of",
+        "on",
+        "or",
+        "the",
+        "this",
+        "to",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "with",
+        "me",
+        "show",
+        "tell",
+        "find",
+        "explain",
+        "about",
+        "into",
+        "does",
+        "there",
+        "their",
+        "they",
+        "them",
+        "get",
+        "gets",
+    ]
+)
+
+
+def split_identifier(word: str) -> list[str]:
+    """`BasketService` / `basket_service` -> ['basket', 'service']."""
+    parts: list[str] = []
+    for chunk in word.split("_"):
+        parts += [p.lower() for p in _CAMEL.findall(chunk)]
+    return [p for p in parts if p]
+
+
+def index_terms(text: str) -> str:
+    """Extra searchable text: identifiers split into words and joined into one word."""
+    out: list[str] = []
+    for word in set(_WORD.findall(text)):
+        parts = split_identifier(word)
+        if len(parts) > 1:
+            out.append(" ".join(parts))
+            out.append("".join(parts))
+    return " ".join(sorted(out))
+
+
+def fts_query(query: str) -> str:
+    """An FTS5 MATCH expression: each word in any identifier spelling, words OR-ed for recall."""
+    terms: list[str] = []
+    for word in _WORD.findall(query):
+        parts = split_identifier(word)
+        if not parts or (len(parts) == 1 and parts[0] in STOPWORDS):
+            continue
+        if len(parts) == 1:
+            terms.append(f'"{parts[0]}"')
+        else:
+            joined = "".join(parts)
+            terms.append(
+                f'("{joined}" OR ({" AND ".join(f"{chr(34)}{p}{chr(34)}" for p in parts)}))'
+            )
+    return " OR ".join(dict.fromkeys(terms))
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a caller may see: a repository, a snapshot and allowed security labels."""
+
+    repository: str | None = None
+    snapshot: str | None = None
+    allowed_labels: tuple[str, ...] | None = None  # None: only unlabelled nodes are visible
+
+
+@dataclass
+class Node:
+    """One indexed node."""
+
+    id: str
+    repository: str
+    snapshot: str
+    kind: str
+    name: str
+    qualified_name: str
+    path: str
+    language: str
+    start_line: int = 0
+    end_line: int = 0
+    text: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    labels: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return dict(self.__dict__)
+
+
+def node_id(repository: str, snapshot: str, kind: str, qualified_name: str) -> str:
+    """The stable, readable id `<repository>::<snapshot>::<kind>::<qualified name>`."""
+    return f"{repository}::{snapshot}::{kind}::{qualified_name}"
+
+
+class NodeStore(Protocol):
+    """What actions and the indexer need (a server-backed store implements the same)."""
+
+    def search(
+        self,
+        query: str,
+        *,
+        scope: Scope,
+        top_k: int,
+        search_type: str = "bm25",
+        filters: dict[str, Any] | None = None,
+        rrf_k: int = 60,
+    ) -> list[dict[str, Any]]:
+        """Ranked hits `{id, score, rank, path, kind, name}`."""
+
+    def get_nodes(self, ids: Sequence[str], *, scope: Scope) -> dict[str, Node]:
+        """The visible nodes among ids."""
+
+    def edges(
+        self,
+        ids: Sequence[str],
+        *,
+        scope: Scope,
+        direction: str = "out",
+        edge_types: Sequence[str] | None = None,
+    ) -> list[tuple[str, str, str]]:
+        """(from, to, type) edges touching ids whose other end is visible."""
+
+
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS nodes (
+        rowid INTEGER PRIMARY KEY, id TEXT UNIQUE NOT NULL, repository TEXT NOT NULL,
+        snapshot TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, qualified_name TEXT NOT NULL,
+        path TEXT NOT NULL, language TEXT NOT NULL, start_line INT, end_line INT, text TEXT NOT NULL,
+        metadata TEXT NOT NULL, labels TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS nodes_path ON nodes (repository, snapshot, path)",
+    "CREATE TABLE IF NOT EXISTS node_labels (node INTEGER NOT NULL, label TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS node_labels_node ON node_labels (node)",
+    """CREATE VIRTUAL TABLE IF NOT EXISTS nodes_fts USING fts5(
+        name, body, tokenize = 'porter unicode61 remove_diacritics 2')""",
+    """CREATE TABLE IF NOT EXISTS edges (from_id TEXT NOT NULL, to_id TEXT NOT NULL,
+        edge_type TEXT NOT NULL, repository TEXT NOT NULL, snapshot TEXT NOT NULL,
+        PRIMARY KEY (from_id, to_id, edge_type))""",
+    "CREATE INDEX IF NOT EXISTS edges_to ON edges (to_id)",
+    """CREATE TABLE IF NOT EXISTS files (repository TEXT NOT NULL, snapshot TEXT NOT NULL,
+        path TEXT NOT NULL, hash TEXT NOT NULL, extraction TEXT NOT NULL,
+        PRIMARY KEY (repository, snapshot, path))""",
+    "CREATE TABLE IF NOT EXISTS vectors (node INTEGER PRIMARY KEY, model TEXT NOT NULL, vector BLOB NOT NULL)",
+]
+_COLS = (
+    "id, repository, snapshot, kind, name, qualified_name, path, language, start_line, "
+    "end_line, text, metadata, labels"
+)
+
+
+def _row_node(row: Sequence[Any]) -> Node:
+    return Node(*row[:11], metadata=json.loads(row[11]), labels=json.loads(row[12]))
+
+
+class SqliteNodeStore:
+    """The embedded default store (one SQLite file)."""
+
+    def __init__(self, path: str, *, create: bool = False) -> None:
+        self.path = path
+        if not create and not Path(path).is_file():
+            raise StoreError(f"no index at {path}", code="INDEX_NOT_FOUND")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        with self.conn() as db:
+            for statement in _SCHEMA:
+                db.execute(statement)
+
+    def conn(self) -> sqlite3.Connection:
+        """This thread's connection."""
+        db = getattr(self._local, "db", None)
+        if db is None:
+            try:
+                db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.Error as exc:
+                raise StoreError(
+                    f"cannot open index {self.path}: {exc}", code="INDEX_ERROR"
+                ) from exc
+            self._local.db = db
+        return db
+
+    # --- writing (the indexer) ---------------------------------------------------
+    def file_hashes(self, repository: str, snapshot: str) -> dict[str, str]:
+        """path -> content hash of the files indexed for a repository snapshot."""
+        rows = self.conn().execute(
+            "SELECT path, hash FROM files WHERE repository = ? AND snapshot = ?",
+            (repository, snapshot),
+        )
+        return dict(rows.fetchall())
+
+    def extractions(self, repository: str, snapshot: str) -> dict[str, Any]:
+        """path -> the stored extraction summary (for cross-file resolution)."""
+        rows = self.conn().execute(
+            "SELECT path, extraction FROM files WHERE repository = ? AND snapshot = ?",
+            (repository, snapshot),
+        )
+        return {p: json.loads(e) for p, e in rows}
+
+    def replace_file(
+        self,
+        repository: str,
+        snapshot: str,
+        path: str,
+        file_hash: str,
+        nodes: Iterable[Node],
+        extraction: Any,
+    ) -> int:
+        """Replace every node of one file; returns the number written."""
+        db = self.conn()
+        with db:
+            self._delete_file(db, repository, snapshot, path)
+            count = 0
+            for n in nodes:
+                cur = db.execute(
+                    f"INSERT OR REPLACE INTO nodes ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        n.id,
+                        n.repository,
+                        n.snapshot,
+                        n.kind,
+                        n.name,
+                        n.qualified_name,
+                        n.path,
+                        n.language,
+                        n.start_line,
+                        n.end_line,
+                        n.text,
+                        json.dumps(n.metadata),
+                        json.dumps(sorted(n.labels)),
+                    ),
+                )
+                rowid = cur.lastrowid
+                db.executemany(
+                    "INSERT INTO node_labels VALUES (?, ?)", [(rowid, lb) for lb in n.labels]
+                )
+                names = f"{n.name} {n.qualified_name} {n.path} {index_terms(n.qualified_name + ' ' + n.path)}"
+                db.execute(
+                    "INSERT INTO nodes_fts (rowid, name, body) VALUES (?, ?, ?)",
+                    (rowid, names, n.text + "\n" + index_terms(n.text)),
+                )
+                count += 1
+            db.execute(
+                "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
+                (repository, snapshot, path, file_hash, json.dumps(extraction)),
+            )
+        return count
+
+    def _delete_file(
+        self, db: sqlite3.Connection, repository: str, snapshot: str, path: str
+    ) -> None:
+        rows = [
+            r[0]
+            for r in db.execute(
+                "SELECT rowid FROM nodes WHERE repository = ? AND snapshot = ? AND path = ?",
+                (repository, snapshot, path),
+            )
+        ]
+        for rowid in rows:
+            db.execute("DELETE FROM nodes_fts WHERE rowid = ?", (rowid,))
+            db.execute("DELETE FROM node_labels WHERE node = ?", (rowid,))
+            db.execute("DELETE FROM vectors WHERE node = ?", (rowid,))
+        db.execute(
+            "DELETE FROM nodes WHERE repository = ? AND snapshot = ? AND path = ?",
+            (repository, snapshot, path),
+        )
+
+    def delete_file(self, repository: str, snapshot: str, path: str) -> None:
+        """Remove a file's nodes (the file was deleted)."""
+        db = self.conn()
+        with db:
+            self._delete_file(db, repository, snapshot, path)
+            db.execute(
+                "DELETE FROM files WHERE repository = ? AND snapshot = ? AND path = ?",
+                (repository, snapshot, path),
+            )
+
+    def replace_edges(
+        self, repository: str, snapshot: str, edges: Iterable[tuple[str, str, str]]
+    ) -> int:
+        """Replace every edge of a repository snapshot."""
+        db = self.conn()
+        rows = [(f, t, e, repository, snapshot) for f, t, e in edges]
+        with db:
+            db.execute(
+                "DELETE FROM edges WHERE repository = ? AND snapshot = ?", (repository, snapshot)
+            )
+            db.executemany("INSERT OR IGNORE INTO edges VALUES (?, ?, ?, ?, ?)", rows)
+        return len(rows)
+
+    def put_vectors(self, model: str, vectors: dict[str, bytes]) -> None:
+        """Store embedding vectors (float32 bytes) by node id."""
+        db = self.conn()
+        with db:
+            for nid, blob in vectors.items():
+                db.execute(
+                    "INSERT OR REPLACE INTO vectors SELECT rowid, ?, ? FROM nodes WHERE id = ?",
+                    (model, blob, nid),
+                )
+
+    def counts(self) -> dict[str, int]:
+        """Nodes, edges and files in the index."""
+        db = self.conn()
+        return {
+            t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+            for t in ("nodes", "edges", "files")
+        }
+
+    # --- reading -------------------------------------------------------------------
+    @staticmethod
+    def _scope_sql(scope: Scope, alias: str = "n") -> tuple[str, list[Any]]:
+        clauses, args = [], []
+        if scope.repository:
+            clauses.append(f"{alias}.repository = ?")
+            args.append(scope.repository)
+        if scope.snapshot:
+            clauses.append(f"{alias}.snapshot = ?")
+            args.append(scope.snapshot)
+        allowed = list(scope.allowed_labels or [])
+        marks = ",".join("?" * len(allowed))
+        clauses.append(
+            f"NOT EXISTS (SELECT 1 FROM node_labels l WHERE l.node = {alias}.rowid"
+            + (f" AND l.label NOT IN ({marks}))" if allowed else ")")
+        )
+        args += allowed
+        return " AND ".join(clauses), args
+
+    @staticmethod
+    def _filter_sql(filters: dict[str, Any] | None) -> tuple[str, list[Any]]:
+        clauses, args = [], []
+        for key in ("kind", "language"):
+            value = (filters or {}).get(key)
+            if value:
+                values = [value] if isinstance(value, str) else list(value)
+                clauses.append(f"n.{key} IN ({','.join('?' * len(values))})")
+                args += values
+        prefix = (filters or {}).get("path_prefix")
+        if prefix:
+            clauses.append("n.path LIKE ? ESCAPE '\\'")
+            args.append(prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+        return (" AND " + " AND ".join(clauses)) if clauses else "", args
+
+    def bm25(
+        self, query: str, *, scope: Scope, top_k: int, filters: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """BM25 hits, best first."""
+        match = fts_query(query)
+        if not match:
+            return []
+        where, args = self._scope_sql(scope)
+        fsql, fargs = self._filter_sql(filters)
+        rows = (
+            self.conn()
+            .execute(
+                "SELECT n.id, bm25(nodes_fts, 4.0, 1.0) AS s, n.path, n.kind, n.name FROM nodes_fts "
+                f"JOIN nodes n ON n.rowid = nodes_fts.rowid WHERE nodes_fts MATCH ? AND {where}{fsql} "
+                "ORDER BY s, n.id LIMIT ?",
+                [match, *args, *fargs, top_k],
+            )
+            .fetchall()
+        )
+        return [
+            {
+                "id": r[0],
+                "score": round(-r[1], 6),
+                "rank": i + 1,
+                "path": r[2],
+                "kind": r[3],
+                "name": r[4],
+            }
+            for i, r in enumerate(rows)
+        ]
+
+    def semantic(
+        self,
+        query: str,
+        *,
+        scope: Scope,
+        top_k: int,
+        embedder: Any,
+        filters: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Cosine-similarity hits over stored vectors of the embedder's model."""
+        from runtime.embeddings import cosine_top
+
+        where, args = self._scope_sql(scope)
+        fsql, fargs = self._filter_sql(filters)
+        rows = (
+            self.conn()
+            .execute(
+                "SELECT n.id, v.vector, n.path, n.kind, n.name FROM vectors v JOIN nodes n ON n.rowid = v.node "
+                f"WHERE v.model = ? AND {where}{fsql}",
+                [embedder.name, *args, *fargs],
+            )
+            .fetchall()
+        )
+        if not rows:
+            return []
+        [qvec] = embedder.embed([query])
+        best = cosine_top(qvec, [r[1] for r in rows], top_k)
+        return [
+            {
+                "id": rows[i][0],
+                "score": round(s, 6),
+                "rank": k + 1,
+                "path": rows[i][2],
+                "kind": rows[i][3],
+                "name": rows[i][4],
+            }
+            for k, (i, s) in enumerate(best)
+        ]
+
+    def search(
+        self,
+        query: str,
+        *,
+        scope: Scope,
+        top_k: int,
+        search_type: str = "bm25",
+        filters: dict[str, Any] | None = None,
+        rrf_k: int = 60,
+        embedder: Any = None,
+    ) -> list[dict[str, Any]]:
+        """BM25, semantic, or hybrid by reciprocal rank fusion."""
+        if search_type == "bm25":
+            return self.bm25(query, scope=scope, top_k=top_k, filters=filters)
+        if embedder is None:
+            from runtime.embeddings import default_embedder
+
+            embedder = default_embedder()
+        if search_type == "semantic":
+            return self.semantic(
+                query, scope=scope, top_k=top_k, embedder=embedder, filters=filters
+            )
+        pool = max(top_k * 4, 20)
+        lists = [
+            self.bm25(query, scope=scope, top_k=pool, filters=filters),
+            self.semantic(query, scope=scope, top_k=pool, embedder=embedder, filters=filters),
+        ]
+        fused: dict[str, float] = {}
+        info: dict[str, dict[str, Any]] = {}
+        for hits in lists:
+            for h in hits:
+                fused[h["id"]] = fused.get(h["id"], 0.0) + 1.0 / (rrf_k + h["rank"])
+                info[h["id"]] = h
+        order = sorted(fused, key=lambda i: (-fused[i], i))[:top_k]
+        return [
+            {**info[i], "score": round(fused[i], 6), "rank": k + 1} for k, i in enumerate(order)
+        ]
+
+    def get_nodes(self, ids: Sequence[str], *, scope: Scope) -> dict[str, Node]:
+        """The visible nodes among ids."""
+        if not ids:
+            return {}
+        where, args = self._scope_sql(scope)
+        out: dict[str, Node] = {}
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            rows = self.conn().execute(
+                f"SELECT {', '.join('n.' + c.strip() for c in _COLS.split(','))} FROM nodes n "
+                f"WHERE n.id IN ({','.join('?' * len(chunk))}) AND {where}",
+                [*chunk, *args],
+            )
+            out.update({r[0]: _row_node(r) for r in rows})
+        return out
+
+    def edges(
+        self,
+        ids: Sequence[str],
+        *,
+        scope: Scope,
+        direction: str = "out",
+        edge_types: Sequence[str] | None = None,
+    ) -> list[tuple[str, str, str]]:
+        """Edges from (out), to (in) or around (both) ids whose far end is visible."""
+        if not ids:
+            return []
+        where, args = self._scope_sql(scope)
+        marks = ",".join("?" * len(ids))
+        tsql = f" AND e.edge_type IN ({','.join('?' * len(edge_types))})" if edge_types else ""
+        targs = list(edge_types or [])
+        out: list[tuple[str, str, str]] = []
+        db = self.conn()
+        if direction in ("out", "both"):
+            out += db.execute(
+                f"SELECT e.from_id, e.to_id, e.edge_type FROM edges e JOIN nodes n ON n.id = e.to_id "
+                f"WHERE e.from_id IN ({marks}){tsql} AND {where} ORDER BY e.from_id, e.edge_type, e.to_id",
+                [*ids, *targs, *args],
+            ).fetchall()
+        if direction in ("in", "both"):
+            out += db.execute(
+                f"SELECT e.from_id, e.to_id, e.edge_type FROM edges e JOIN nodes n ON n.id = e.from_id "
+                f"WHERE e.to_id IN ({marks}){tsql} AND {where} ORDER BY e.to_id, e.edge_type, e.from_id",
+                [*ids, *targs, *args],
+            ).fetchall()
+        return [tuple(r) for r in out]  # type: ignore[misc]
+
+
+def default_path() -> str:
+    """`$RUNTIME_INDEX`, else .runtime/index.db under the working directory."""
+    return os.environ.get("RUNTIME_INDEX") or DEFAULT_PATH
+
+
+def open_store(path: str | None = None, *, create: bool = False) -> SqliteNodeStore:
+    """Open the node index (create=True for the indexer)."""
+    return SqliteNodeStore(path or default_path(), create=create)
