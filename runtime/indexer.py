@@ -98,7 +98,7 @@ def doc_chunks(text: str, rel: str) -> list[tuple[str, str, int, int]]:
     trail: list[tuple[int, str]] = []
     for i, (start, level, title) in enumerate(marks):
         end = marks[i + 1][0] if i + 1 < len(marks) else len(text)
-        trail = [(lv, t) for lv, t in trail if lv < level] + [(level, title)]
+        trail = [(lv, t) for lv, t in trail if 0 < lv < level] + [(level, title)]
         body = text[start:end].strip()
         if not body:
             continue
@@ -161,7 +161,10 @@ def index_paths(
     known = store.file_hashes(repository, snapshot)
     seen: set[str] = set()
     new_vectors: dict[str, bytes] = {}
+    own = str(Path(store.path).resolve())
     for path, rel in _files(roots):
+        if str(path.resolve()).startswith(own):
+            continue  # the index itself (and its -wal/-shm files) may sit inside the tree
         if path.suffix.lower() not in CODE_SUFFIXES | DOC_SUFFIXES:
             report.skipped += 1
             continue

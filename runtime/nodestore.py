@@ -95,19 +95,28 @@ def index_terms(text: str) -> str:
 
 
 def fts_query(query: str) -> str:
-    """An FTS5 MATCH expression: each word in any identifier spelling, words OR-ed for recall."""
+    """An FTS5 MATCH expression: each word in any identifier spelling, words OR-ed for recall.
+
+    Adjacent plain words are also tried joined (`basket service` -> `basketservice`), so a
+    query typed as words ranks the identifier it names first.
+    """
     terms: list[str] = []
+    words: list[str] = []
     for word in _WORD.findall(query):
         parts = split_identifier(word)
         if not parts or (len(parts) == 1 and parts[0] in STOPWORDS):
+            words.append("")
             continue
         if len(parts) == 1:
             terms.append(f'"{parts[0]}"')
+            words.append(parts[0])
         else:
             joined = "".join(parts)
             terms.append(
                 f'("{joined}" OR ({" AND ".join(f"{chr(34)}{p}{chr(34)}" for p in parts)}))'
             )
+            words.append("")
+    terms += [f'"{a}{b}"' for a, b in zip(words, words[1:], strict=False) if a and b]
     return " OR ".join(dict.fromkeys(terms))
 
 

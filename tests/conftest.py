@@ -107,3 +107,27 @@ TEST_ACTIONS = (Noop, Guard, Router, Sender, Finish)
 def registry() -> Registry:
     """A registry with only the test actions (installed plugins never leak in)."""
     return Registry.from_classes(*TEST_ACTIONS)
+
+
+# --- retrieval fixtures: the sample codebase indexed once per session ------------------
+from pathlib import Path as _Path  # noqa: E402
+
+SAMPLE_ROOT = _Path(__file__).resolve().parent.parent / "pipelines" / "sample" / "eshop"
+
+
+@pytest.fixture(scope="session")
+def sample_index(tmp_path_factory):
+    """The eshop sample indexed as repository `eshop`, with procedures labelled confidential."""
+    from runtime.indexer import index_paths
+    from runtime.nodestore import open_store
+
+    path = tmp_path_factory.mktemp("index") / "index.db"
+    store = open_store(str(path), create=True)
+    index_paths(
+        store,
+        [str(SAMPLE_ROOT)],
+        repository="eshop",
+        snapshot="main",
+        label_rules=[("Database/Procedures/usp_CapturePayment.sql", ["confidential"])],
+    )
+    return store

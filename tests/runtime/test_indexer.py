@@ -1,0 +1,91 @@
+"""The indexer: nodes and edges from the sample, incremental re-indexing, deletions, chunks."""
+
+from __future__ import annotations
+
+import shutil
+
+from conftest import SAMPLE_ROOT
+
+from runtime.indexer import doc_chunks, index_paths, labels_for
+from runtime.nodestore import Scope, open_store
+
+
+def _copy(tmp_path):
+    dst = tmp_path / "eshop"
+    shutil.copytree(SAMPLE_ROOT, dst)
+    return dst
+
+
+def test_sample_index_counts_and_cross_language_edges(sample_index):
+    counts = sample_index.counts()
+    assert counts["files"] == 26 and counts["nodes"] > 100 and counts["edges"] > 100
+    scope = Scope("eshop", "main", ("confidential",))
+    edges = set(
+        sample_index.edges(
+            [
+                "eshop::main::method::Eshop.Infrastructure.Repositories."
+                "OrderRepository.PlaceOrderAsync"
+            ],
+            scope=scope,
+        )
+    )
+    assert (
+        "eshop::main::method::Eshop.Infrastructure.Repositories.OrderRepository.PlaceOrderAsync",
+        "eshop::main::procedure::dbo.usp_PlaceOrder",
+        "UsesSql",
+    ) in edges
+
+
+def test_incremental_reindex_skips_unchanged_and_drops_deleted(tmp_path):
+    root = _copy(tmp_path)
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    first = index_paths(store, [str(root)], repository="r")
+    assert first.unchanged == 0 and first.nodes > 100
+    again = index_paths(store, [str(root)], repository="r")
+    assert (again.unchanged, again.nodes) == (again.files, 0)
+    assert again.edges == first.edges  # resolution still sees every file
+    proc = root / "Database" / "Procedures" / "usp_CancelOrder.sql"
+    proc.write_text(proc.read_text().replace("usp_CancelOrder", "usp_CancelOrderV2"))
+    changed = index_paths(store, [str(root)], repository="r")
+    assert changed.unchanged == changed.files - 1 and changed.nodes == 1
+    assert store.get_nodes(["r::main::procedure::dbo.usp_CancelOrder"], scope=Scope("r")) == {}
+    assert store.get_nodes(["r::main::procedure::dbo.usp_CancelOrderV2"], scope=Scope("r"))
+    (root / "Database" / "Procedures" / "usp_LogEvent.sql").unlink()
+    gone = index_paths(store, [str(root)], repository="r")
+    assert gone.deleted == 1
+    assert store.get_nodes(["r::main::procedure::dbo.usp_LogEvent"], scope=Scope("r")) == {}
+    executes = [
+        e
+        for e in store.edges(["r::main::procedure::dbo.usp_PlaceOrder"], scope=Scope("r"))
+        if e[2] == "Executes"
+    ]
+    assert executes == []  # the edge into the deleted procedure went with it
+
+
+def test_snapshots_live_side_by_side(tmp_path):
+    root = _copy(tmp_path)
+    store = open_store(str(tmp_path / "s.db"), create=True)
+    index_paths(store, [str(root)], repository="r", snapshot="v1")
+    (root / "src" / "Eshop.Core" / "Services" / "BasketService.cs").unlink()
+    index_paths(store, [str(root)], repository="r", snapshot="v2")
+    v1 = store.search("BasketService", scope=Scope("r", "v1"), top_k=5)
+    v2 = store.search("BasketService", scope=Scope("r", "v2"), top_k=5)
+    assert any(h["kind"] == "class" and h["name"] == "BasketService" for h in v1)
+    assert not any(h["kind"] == "class" and h["name"] == "BasketService" for h in v2)
+
+
+def test_skipped_files_are_counted(tmp_path):
+    (tmp_path / "a.png").write_bytes(b"\x89PNG")
+    (tmp_path / "notes.md").write_text("# Notes\nAbout orders.\n")
+    store = open_store(str(tmp_path / "k.db"), create=True)
+    report = index_paths(store, [str(tmp_path)], repository="r")
+    assert (report.files, report.skipped) == (1, 1)
+
+
+def test_heading_aware_chunks_and_label_globs():
+    chunks = doc_chunks("intro\n# A\ntext a\n## B\ntext b\n# C\ntext c\n", "doc.md")
+    assert [c[0] for c in chunks] == ["doc", "A", "A > B", "C"]
+    assert chunks[2][2] == 4
+    assert labels_for(
+        "Database/Procedures/x.sql", [("Database/*", ["internal"]), ("*/Procedures/*", ["dba"])]
+    ) == ["internal", "dba"]
