@@ -9,6 +9,7 @@ only when every one of its labels is allowed; unlabelled nodes always are.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -116,7 +117,7 @@ def fts_query(query: str) -> str:
                 f'("{joined}" OR ({" AND ".join(f"{chr(34)}{p}{chr(34)}" for p in parts)}))'
             )
             words.append("")
-    terms += [f'"{a}{b}"' for a, b in zip(words, words[1:], strict=False) if a and b]
+    terms += [f'"{a}{b}"' for a, b in itertools.pairwise(words) if a and b]
     return " OR ".join(dict.fromkeys(terms))
 
 

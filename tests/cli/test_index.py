@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-
-from conftest import SAMPLE_ROOT
+from pathlib import Path
 
 from runtime.cli import cli
+
+SAMPLE_ROOT = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
 
 
 def test_index_then_search_json(runner, tmp_path):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import shutil
-
-from conftest import SAMPLE_ROOT
+from pathlib import Path
 
 from runtime.indexer import doc_chunks, index_paths, labels_for
 from runtime.nodestore import Scope, open_store
+
+SAMPLE_ROOT = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
 
 
 def _copy(tmp_path):

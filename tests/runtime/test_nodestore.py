@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from runtime.embeddings import HashingEmbedder
 from runtime.errors import StoreError
 from runtime.indexer import index_paths
 from runtime.nodestore import Scope, fts_query, open_store, split_identifier
+
+SAMPLE_ROOT = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
 
 ALL = Scope("eshop", "main", ("confidential",))
 PUBLIC = Scope("eshop", "main")
@@ -71,7 +75,6 @@ def test_edges_respect_scope(sample_index):
 
 
 def test_hybrid_and_semantic_with_an_explicit_embedder(tmp_path):
-    from conftest import SAMPLE_ROOT
 
     emb = HashingEmbedder()
     store = open_store(str(tmp_path / "v.db"), create=True)
