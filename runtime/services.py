@@ -36,6 +36,7 @@ class Services:
         else:
             self._default_counter = None
         self._model_provider = model_provider
+        self._providers: dict[str, Any] = {}
         self._node_store = node_store
         self.index_path = index_path
         self.model_spec = model_spec
@@ -59,21 +60,27 @@ class Services:
         return counter
 
     def model(self, name: str | None = None) -> Any:
-        """The model provider for a named model (settings.models), the CLI spec, or the default."""
-        with self._lock:
-            if self._model_provider is not None and name is None:
-                return self._model_provider
-            from runtime.models import resolve_provider
+        """The model provider for a named model (settings.models), the CLI spec, or the default.
 
-            provider = resolve_provider(
-                name,
-                settings=self.settings,
-                cli_spec=self.model_spec,
-                record_path=self.record_path,
-                base_dir=self.base_dir,
-            )
-            if name is None:
-                self._model_provider = provider
+        Providers are created once per name and shared by the run's steps, so a replay
+        cassette and a recording keep one position and one file.
+        """
+        with self._lock:
+            if self._model_provider is not None and (name is None or self.model_spec):
+                return self._model_provider
+            key = self.model_spec or name or ""
+            provider = self._providers.get(key)
+            if provider is None:
+                from runtime.models import resolve_provider
+
+                provider = resolve_provider(
+                    name,
+                    settings=self.settings,
+                    cli_spec=self.model_spec,
+                    record_path=self.record_path,
+                    base_dir=self.base_dir,
+                )
+                self._providers[key] = provider
             return provider
 
     @property

@@ -1,0 +1,82 @@
+"""The provider interface: requests, responses, per-model configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+DEFAULT_CONTEXT_WINDOW = 8192
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A named model: provider, model name, endpoint, window, tokenizer, retry policy."""
+
+    name: str
+    provider: str
+    model: str = ""
+    base_url: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    context_window: int = DEFAULT_CONTEXT_WINDOW
+    tokenizer: str = "cl100k_base"
+    timeout_seconds: float = 60.0
+    connect_timeout_seconds: float = 10.0
+    max_retries: int = 3
+    headers: dict[str, str] = field(default_factory=dict)
+    cassette: str = ""
+
+
+@dataclass
+class ModelRequest:
+    """One chat completion request."""
+
+    messages: list[dict[str, str]]
+    model: str = ""
+    max_output_tokens: int = 512
+    temperature: float | None = None
+    top_p: float | None = None
+    json_mode: bool = False
+    json_schema: dict[str, Any] | None = None
+    stream: bool = False
+    step_id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The recorded form (no secrets: requests never hold keys)."""
+        return {
+            "messages": self.messages,
+            "model": self.model,
+            "max_output_tokens": self.max_output_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "json_mode": self.json_mode,
+            "json_schema": self.json_schema,
+        }
+
+
+@dataclass
+class ModelResponse:
+    """One completion."""
+
+    text: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_ms: float = 0.0
+    model: str = ""
+    provider: str = ""
+    finish_reason: str = "stop"
+
+
+ChunkCallback = Callable[[str], None]
+
+
+class ModelProvider(Protocol):
+    """Anything that answers chat requests."""
+
+    config: ModelConfig
+
+    def complete(
+        self, request: ModelRequest, *, on_chunk: ChunkCallback | None = None
+    ) -> ModelResponse:
+        """Answer one request (streaming chunks to on_chunk when given)."""
