@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json as _json
+import threading as _threading
+import time as _time
 from collections.abc import Iterator, Mapping
+from collections.abc import Iterator as _Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from runtime.action import Action, Outcome, Problem, Transition
 from runtime.registry import Registry
@@ -110,9 +117,8 @@ def registry() -> Registry:
 
 
 # --- retrieval fixtures: the sample codebase indexed once per session ------------------
-from pathlib import Path as _Path  # noqa: E402
 
-SAMPLE_ROOT = _Path(__file__).resolve().parent.parent / "pipelines" / "sample" / "eshop"
+SAMPLE_ROOT = Path(__file__).resolve().parent.parent / "pipelines" / "sample" / "eshop"
 
 
 @pytest.fixture(scope="session")
@@ -131,3 +137,90 @@ def sample_index(tmp_path_factory):
         label_rules=[("Database/Procedures/usp_CapturePayment.sql", ["confidential"])],
     )
     return store
+
+
+# --- a scripted chat-completions server on 127.0.0.1 --------------------------------
+
+
+class ChatServer:
+    """Plays a list of scripted behaviours, one per request; records what it received."""
+
+    def __init__(self) -> None:
+        self.script: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = _threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = _json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append(
+                    {"path": self.path, "headers": dict(self.headers), "body": body}
+                )
+                step = server.script.pop(0) if server.script else {"reply": "default"}
+                if "sleep" in step:
+                    _time.sleep(step["sleep"])
+                status = step.get("status", 200)
+                if status != 200:
+                    self.send_response(status)
+                    for k, v in step.get("headers", {}).items():
+                        self.send_header(k, v)
+                    self.send_header("Content-Type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(b'{"error": {"message": "scripted failure"}}')
+                    return
+                if body.get("stream"):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    for piece in step["chunks"]:
+                        event = {"choices": [{"delta": {"content": piece}, "index": 0}]}
+                        self.wfile.write(f"data: {_json.dumps(event)}\n\n".encode())
+                        self.wfile.flush()
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    return
+                raw = step.get("raw")
+                if raw is None:
+                    raw = _json.dumps(
+                        {
+                            "choices": [
+                                {
+                                    "message": {"role": "assistant", "content": step["reply"]},
+                                    "finish_reason": "stop",
+                                }
+                            ],
+                            "usage": {"prompt_tokens": 11, "completion_tokens": 3},
+                        }
+                    )
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(raw.encode())
+
+        return Handler
+
+
+@pytest.fixture
+def chat_server() -> _Iterator[ChatServer]:
+    """A started server, shut down after the test."""
+    server = ChatServer()
+    server.thread.start()
+    yield server
+    server.httpd.shutdown()
+    server.httpd.server_close()
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    """A CLI runner with stdout and stderr kept apart."""
+    return CliRunner()

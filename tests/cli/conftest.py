@@ -1,17 +1,10 @@
-"""CLI fixtures: the CliRunner and a process registry holding only the test actions."""
+"""CLI fixtures: a process registry holding only the test actions."""
 
 from __future__ import annotations
 
 import pytest
-from click.testing import CliRunner
 
 import runtime.registry as registry_module
-
-
-@pytest.fixture
-def runner() -> CliRunner:
-    """A runner with stdout and stderr kept apart."""
-    return CliRunner()
 
 
 @pytest.fixture

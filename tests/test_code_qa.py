@@ -1,0 +1,130 @@
+"""The main job end to end: pipelines/code_qa.yaml over the indexed sample codebase."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime.cli import cli
+from runtime.trace import without_timing
+
+ROOT = Path(__file__).resolve().parent.parent
+PIPELINE = str(ROOT / "pipelines" / "code_qa.yaml")
+QUESTION = "Which stored procedure writes the OrderLines table and who calls it?"
+RETRIEVAL = [
+    "history",
+    "route",
+    "route_decision",
+    "search",
+    "expand",
+    "fetch",
+    "budget",
+    "check",
+    "check_decision",
+    "answer",
+    "finish",
+]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    from click.testing import CliRunner
+
+    path = tmp_path_factory.mktemp("qa") / "index.db"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "index",
+            str(ROOT / "pipelines" / "sample" / "eshop"),
+            "--index",
+            str(path),
+            "--repository",
+            "eshop",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    return str(path)
+
+
+def run(runner, index, tmp_path, *extra):
+    result = runner.invoke(
+        cli,
+        [
+            "exec",
+            PIPELINE,
+            "--index",
+            index,
+            "--store",
+            str(tmp_path / "r.db"),
+            "--input",
+            f"question={QUESTION}",
+            "--json",
+            *extra,
+        ],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_offline_answer_with_cited_evidence(runner, index, tmp_path):
+    out = run(runner, index, tmp_path)
+    assert out["status"] == "completed" and out["steps"] == RETRIEVAL
+    ids = [b.split("\n")[1] for b in out["state"]["context_blocks"] if b.startswith("--- NODE ---")]
+    assert (
+        "id: eshop::main::method::Eshop.Infrastructure.Repositories.OrderRepository.PlaceOrderAsync"
+        in ids
+    )
+    answer = out["output"]["final_answer"]
+    assert answer.startswith("No language model was used")
+    assert "dbo.usp_PlaceOrder" in answer and "Sources: [eshop::main::" in answer
+
+
+def test_record_then_replay_gives_the_same_run(runner, index, tmp_path):
+    cassette = tmp_path / "qa.jsonl"
+    first = run(runner, index, tmp_path, "--record", str(cassette), "--run-id", "a")
+    assert [json.loads(x)["step_id"] for x in cassette.read_text().splitlines()] == [
+        "route",
+        "check",
+        "answer",
+    ]
+    second = run(runner, index, tmp_path, "--model", f"replay:{cassette}", "--run-id", "b")
+    assert second["steps"] == first["steps"] and second["state"] == first["state"]
+    store = str(tmp_path / "r.db")
+    traces = []
+    for rid in ("a", "b"):
+        lines = runner.invoke(
+            cli, ["trace", rid, "--store", store, "--format", "jsonl"]
+        ).stdout.splitlines()
+        events = without_timing(json.loads(x) for x in lines)
+        # The provider name is the only difference allowed between a live call and its replay.
+        traces.append(
+            [
+                {
+                    k: v
+                    for k, v in e.items()
+                    if k not in ("provider", "model", "tokens_in", "tokens_out")
+                }
+                for e in events
+            ]
+        )
+    assert traces[0][1:] == traces[1][1:]
+
+
+def test_same_pipeline_against_an_openai_compatible_server(runner, index, tmp_path, chat_server):
+    chat_server.script = [
+        {"reply": '{"decision": "retrieve", "query": "OrderLines usp_PlaceOrder"}'},
+        {"reply": '{"decision": "sufficient"}'},
+        {
+            "reply": "dbo.usp_PlaceOrder writes dbo.OrderLines; OrderRepository.PlaceOrderAsync calls it "
+            "[eshop::main::procedure::dbo.usp_PlaceOrder]."
+        },
+    ]
+    out = run(runner, index, tmp_path, "--model", f"openai:test-model@{chat_server.url}")
+    assert out["steps"] == RETRIEVAL
+    assert out["output"]["final_answer"].startswith("dbo.usp_PlaceOrder writes dbo.OrderLines")
+    assert out["state"]["retrieval_query"] == "OrderLines usp_PlaceOrder"
+    answer_request = chat_server.requests[2]["body"]["messages"]
+    assert answer_request[0]["role"] == "system" and "<evidence>" in answer_request[-1]["content"]
