@@ -29,3 +29,25 @@ def test_every_code_is_in_the_errors_page():
 
     page = (docgen.ROOT / "docs" / "errors.md").read_text()
     assert all(f"`{name}`" in page for name in codes.CODES)
+
+
+def test_every_action_has_a_page_whose_example_validates():
+    import re
+
+    import yaml
+
+    from runtime.registry import default_registry
+    from runtime.schema import action_def
+
+    reg = default_registry()
+    for name in reg.names():
+        page = docgen.ROOT / "docs" / "actions" / f"{name}.md"
+        assert page.is_file(), f"no docs page for action {name}"
+        text = page.read_text()
+        for section in ("## What it does", "## Fields", "## State read and written",
+                        "## Outcomes and transitions", "## Error codes", "## Example"):
+            assert section in text, (name, section)
+        [example] = re.findall(r"## Example\n\n```yaml\n(.*?)```", text, re.S)
+        [step] = yaml.safe_load(example)
+        assert step["action"] == name
+        jsonschema.Draft202012Validator(action_def(reg.get(name))).validate(step)
