@@ -278,6 +278,8 @@ class Engine:
         attempt: int,
     ) -> str | None:
         written, sent = ctx.commit()
+        if pos.state.dirty is not None:
+            pos.state.dirty.update(written)
         for m in sent:
             tracer.emit("INBOX_ENQUEUE", step.id, message=m.to_dict())
         pos.state.step_trace.append(step.id)
@@ -330,6 +332,8 @@ class Engine:
             "message": err.message,
             "step_id": step.id,
         }
+        if pos.state.dirty is not None:
+            pos.state.dirty.add("last_error")
         pos.state.step_trace.append(step.id)
         pos.state.step_count += 1
         tracer.emit("CATCH", step.id, code=err.code, message=err.message, next=target)
@@ -391,4 +395,6 @@ class Engine:
             engine=engine,
             events=tracer.drain(),
             status=status,
+            changed=pos.state.dirty,
         )
+        pos.state.dirty = set()

@@ -45,6 +45,8 @@ class RunState:
     counters: dict[str, int] = field(default_factory=dict)
     step_trace: list[str] = field(default_factory=list)
     step_count: int = 0
+    # Variables written since the last checkpoint: only these are serialised again.
+    dirty: set[str] | None = None  # None: everything (a new run)
 
     def engine_dict(self) -> dict[str, Any]:
         """Engine-owned part as JSON data."""

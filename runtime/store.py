@@ -176,24 +176,32 @@ class SqliteRunStore:
         engine: dict[str, Any],
         events: list[dict[str, Any]],
         status: str,
+        changed: set[str] | None = None,
     ) -> None:
-        """Write changed variables, the engine part and new events in one transaction."""
+        """Write changed variables, the engine part and new events in one transaction.
+
+        `changed` names the variables written since the last checkpoint; the others are
+        neither serialised nor rewritten, so a large unchanged context costs nothing.
+        """
         with self._lock:
             known = self._hashes.setdefault(run_id, {})
-        changed: list[tuple[str, str, str, str]] = []
+        changed_rows: list[tuple[str, str, str, str]] = []
         current: dict[str, str] = {}
         for name, value in variables.items():
+            if changed is not None and name not in changed and name in known:
+                current[name] = known[name]
+                continue
             text = json.dumps(value, sort_keys=True)
             digest = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
             current[name] = digest
             if known.get(name) != digest:
-                changed.append((run_id, name, digest, text))
+                changed_rows.append((run_id, name, digest, text))
         removed = [(run_id, n) for n in known if n not in current]
         seq = events[-1]["seq"] if events else None
 
         def fn(db: sqlite3.Connection) -> None:
-            if changed:
-                db.executemany("INSERT OR REPLACE INTO run_vars VALUES (?, ?, ?, ?)", changed)
+            if changed_rows:
+                db.executemany("INSERT OR REPLACE INTO run_vars VALUES (?, ?, ?, ?)", changed_rows)
             if removed:
                 db.executemany("DELETE FROM run_vars WHERE run_id = ? AND name = ?", removed)
             db.execute(
