@@ -85,33 +85,57 @@ _OTHER_EXT = {
 }
 
 
+_DECLS = {
+    "class_declaration",
+    "interface_declaration",
+    "record_declaration",
+    "struct_declaration",
+    "enum_declaration",
+    "method_declaration",
+    "constructor_declaration",
+    "property_declaration",
+    "namespace_declaration",
+    "file_scoped_namespace_declaration",
+}
+# Where declarations can sit; bodies (blocks, expressions) are not walked.
+_CONTAINERS = {
+    "compilation_unit",
+    "declaration_list",
+    "namespace_declaration",
+    "file_scoped_namespace_declaration",
+    "class_declaration",
+    "interface_declaration",
+    "record_declaration",
+    "struct_declaration",
+    "global_statement",
+    "ERROR",
+}
+
+
+def _error_bytes(node: object) -> int:
+    total, stack = 0, [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "ERROR" or n.is_missing:  # type: ignore[attr-defined]
+            total += n.end_byte - n.start_byte + 1  # type: ignore[attr-defined]
+        elif n.has_error:  # type: ignore[attr-defined]
+            stack.extend(n.children)  # type: ignore[attr-defined]
+    return total
+
+
 def _cs_parse_evidence(text: str) -> tuple[int, float]:
     """(declarations found, error share) from tree-sitter, wrapping bare members in a class."""
     best = (0, 1.0)
     for candidate in (text, f"class __Snippet__ {{\n{text}\n}}"):
-        tree = csharp.parse(candidate)
-        decls, errors, total = 0, 0, 0
-        stack = [tree.root_node]
+        root = csharp.parse(candidate).root_node
+        decls, stack = 0, [root]
         while stack:
             n = stack.pop()
-            total += 1
-            if n.type == "ERROR" or n.is_missing:
-                errors += n.end_byte - n.start_byte + 1
-            elif n.type in (
-                "class_declaration",
-                "interface_declaration",
-                "record_declaration",
-                "struct_declaration",
-                "enum_declaration",
-                "method_declaration",
-                "constructor_declaration",
-                "property_declaration",
-                "namespace_declaration",
-                "file_scoped_namespace_declaration",
-            ):
+            if n.type in _DECLS:
                 decls += 1
-            stack.extend(n.children)
-        share = errors / max(1, len(candidate.encode()))
+            if n.type in _CONTAINERS:
+                stack.extend(n.named_children)
+        share = _error_bytes(root) / max(1, len(candidate.encode())) if root.has_error else 0.0
         if candidate is not text:
             decls = max(0, decls - 1)  # the wrapper class itself is not evidence
         if (decls, -share) > (best[0], -best[1]):

@@ -7,6 +7,7 @@ ADO.NET, Dapper, EF Core or migrations is scanned for the objects it touches.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -79,8 +80,9 @@ def parser() -> Any:
     return _parser
 
 
+@functools.lru_cache(maxsize=16)
 def parse(text: str) -> Any:
-    """The syntax tree of a C# text."""
+    """The syntax tree of a C# text (cached: classify and extract parse the same file)."""
     return parser().parse(text.encode("utf-8"))
 
 

@@ -8,6 +8,7 @@ blanked text. Temp tables (#t), table variables (@t) and CTE names are not objec
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -84,12 +85,42 @@ _SQL_EVIDENCE = re.compile(
 )
 
 
+_LEX = re.compile(r"--[^\n]*|/\*.*?(?:\*/|\Z)|'(?:[^']|'')*(?:'|\Z)", re.S)
+
+
+def _spaces(chunk: str) -> str:
+    return re.sub(r"[^\n]", " ", chunk)
+
+
+def _blank_match(m: re.Match[str]) -> str:
+    tok = m.group(0)
+    if tok[0] == "'":
+        return "'" + _spaces(tok[1:-1]) + ("'" if len(tok) > 1 and tok.endswith("'") else " ")
+    return _spaces(tok)
+
+
+@functools.lru_cache(maxsize=256)
 def blank(text: str) -> str:
-    """Comments and string literals replaced by spaces (offsets and newlines kept)."""
+    """Comments and string literals replaced by spaces (offsets and newlines kept).
+
+    One regex pass: at each position the earliest of a line comment, a block comment
+    or a string wins, so `--` inside a string is text and a quote inside a comment is
+    comment. Nested block comments (legal in T-SQL, rare) are followed to their end.
+    """
+    if "/*" in text and _has_nested(text):
+        return _blank_nested(text)
+    return _LEX.sub(_blank_match, text)
+
+
+def _has_nested(text: str) -> bool:
+    return any("/*" in m.group(0)[2:] for m in re.finditer(r"/\*.*?\*/", text, re.S))
+
+
+def _blank_nested(text: str) -> str:
+    """The character scanner, for texts with nested block comments."""
     out = list(text)
     i, n = 0, len(text)
     while i < n:
-        ch = text[i]
         two = text[i : i + 2]
         if two == "--":
             j = text.find("\n", i)
@@ -98,7 +129,7 @@ def blank(text: str) -> str:
             i = j
         elif two == "/*":
             depth, j = 1, i + 2
-            while j < n and depth:  # T-SQL block comments nest
+            while j < n and depth:
                 if text[j : j + 2] == "/*":
                     depth, j = depth + 1, j + 2
                 elif text[j : j + 2] == "*/":
@@ -107,15 +138,10 @@ def blank(text: str) -> str:
                     j += 1
             out[i:j] = [c if c == "\n" else " " for c in text[i:j]]
             i = j
-        elif ch == "'":
+        elif text[i] == "'":
             j = i + 1
-            while j < n:
-                if text[j] == "'" and text[j + 1 : j + 2] == "'":
-                    j += 2
-                elif text[j] == "'":
-                    break
-                else:
-                    j += 1
+            while j < n and not (text[j] == "'" and text[j + 1 : j + 2] != "'"):
+                j += 2 if text[j] == "'" else 1
             out[i + 1 : j] = [c if c == "\n" else " " for c in text[i + 1 : j]]
             i = j + 1
         else:
