@@ -14,10 +14,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import classifiers  # noqa: E402
-from classifiers import csharp, tsql  # noqa: E402
-from corpus import corpus  # noqa: E402
-from runtime.tokens import get_counter  # noqa: E402
+from corpus import corpus
+
+import classifiers
+from classifiers import csharp, tsql
+from runtime.tokens import get_counter
 
 
 def timed(fn, repeat: int = 5) -> float:
@@ -39,12 +40,29 @@ def main() -> None:
     mb = lambda texts: sum(len(t.encode()) for t in texts) / 1e6  # noqa: E731
 
     rows = []
-    rows.append(("classify (mixed corpus)", mb(mixed) / timed(lambda: [classifiers.classify(t) for t in mixed], 3)))
-    rows.append(("C# parse + extract (tree-sitter)", mb(cs) / timed(lambda: [csharp.extract(t) for t in cs], 3)))
-    rows.append(("T-SQL scan + extract", mb(sql) / timed(lambda: [tsql.extract(t) for t in sql], 3)))
+    rows.append(
+        (
+            "classify (mixed corpus)",
+            mb(mixed) / timed(lambda: [classifiers.classify(t) for t in mixed], 3),
+        )
+    )
+    rows.append(
+        (
+            "C# parse + extract (tree-sitter)",
+            mb(cs) / timed(lambda: [csharp.extract(t) for t in cs], 3),
+        )
+    )
+    rows.append(
+        ("T-SQL scan + extract", mb(sql) / timed(lambda: [tsql.extract(t) for t in sql], 3))
+    )
     for name, texts, lang in (("C#", cs, "dotnet"), ("T-SQL", sql, "sql")):
         counter = get_counter()
-        secs = timed(lambda texts=texts, lang=lang: [classifiers.compact(t, lang, counter=counter) for t in texts], 3)
+        secs = timed(
+            lambda texts=texts, lang=lang: [
+                classifiers.compact(t, lang, counter=counter) for t in texts
+            ],
+            3,
+        )
         before = sum(counter.count(t) for t in texts)
         after = sum(counter.count(classifiers.compact(t, lang, counter=counter)) for t in texts)
         rows.append((f"compact {name} ({after / before:.0%} of the tokens)", mb(texts) / secs))
@@ -63,8 +81,12 @@ def main() -> None:
     counter.count_joined(blocks)
     cold = timed(lambda: counter.count("\n\n".join(blocks)), 3)
     warm = timed(lambda: counter.count_joined(blocks), 3)
-    rows.append((f"count_joined {len(blocks)} cached blocks ({cold / warm:.0f}x faster than recount)",
-                 mb(blocks) / warm))
+    rows.append(
+        (
+            f"count_joined {len(blocks)} cached blocks ({cold / warm:.0f}x faster than recount)",
+            mb(blocks) / warm,
+        )
+    )
     print(f"{'measure':<60} {'MB/s':>10}")
     for name, value in rows:
         print(f"{name:<60} {value:>10.2f}")

@@ -153,15 +153,54 @@ def index_paths(
     embedder: Any = None,
 ) -> IndexReport:
     """Index files under roots into one repository snapshot."""
-    import classifiers
-    from runtime.embeddings import to_blob
-
     started = time.perf_counter()
     report = IndexReport()
     known = store.file_hashes(repository, snapshot)
     seen: set[str] = set()
     new_vectors: dict[str, bytes] = {}
     own = str(Path(store.path).resolve())
+    with store.batch():
+        _index_files(
+            store,
+            roots,
+            own,
+            repository,
+            snapshot,
+            known,
+            seen,
+            label_rules,
+            progress,
+            embedder,
+            new_vectors,
+            report,
+        )
+        for rel in sorted(set(known) - seen):
+            store.delete_file(repository, snapshot, rel)
+            report.deleted += 1
+        if new_vectors:
+            store.put_vectors(embedder.name, new_vectors)
+        report.edges = _resolve_edges(store, repository, snapshot)
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
+
+
+def _index_files(
+    store: SqliteNodeStore,
+    roots: Sequence[str],
+    own: str,
+    repository: str,
+    snapshot: str,
+    known: dict[str, str],
+    seen: set[str],
+    label_rules: Sequence[tuple[str, list[str]]],
+    progress: Callable[[str], None] | None,
+    embedder: Any,
+    new_vectors: dict[str, bytes],
+    report: IndexReport,
+) -> None:
+    import classifiers
+    from runtime.embeddings import to_blob
+
     for path, rel in _files(roots):
         if str(path.resolve()).startswith(own):
             continue  # the index itself (and its -wal/-shm files) may sit inside the tree
@@ -238,14 +277,6 @@ def index_paths(
         if embedder is not None and nodes:
             vectors = embedder.embed([f"{n.qualified_name}\n{n.text[:2000]}" for n in nodes])
             new_vectors.update({n.id: to_blob(v) for n, v in zip(nodes, vectors, strict=True)})
-    for rel in sorted(set(known) - seen):
-        store.delete_file(repository, snapshot, rel)
-        report.deleted += 1
-    if new_vectors:
-        store.put_vectors(embedder.name, new_vectors)
-    report.edges = _resolve_edges(store, repository, snapshot)
-    report.seconds = round(time.perf_counter() - started, 3)
-    return report
 
 
 def _resolve_edges(store: SqliteNodeStore, repository: str, snapshot: str) -> int:

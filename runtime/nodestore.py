@@ -9,13 +9,15 @@ only when every one of its labels is allowed; unlabelled nodes always are.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import json
 import os
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -65,23 +67,34 @@ STOPWORDS = frozenset(
         "explain",
         "about",
         "into",
-        "does",
         "there",
         "their",
         "they",
         "them",
         "get",
         "gets",
+        "have",
+        "has",
+        "had",
+        "was",
+        "were",
+        "been",
+        "being",
     ]
 )
 
 
 def split_identifier(word: str) -> list[str]:
     """`BasketService` / `basket_service` -> ['basket', 'service']."""
+    return list(_split(word))
+
+
+@functools.lru_cache(maxsize=65536)
+def _split(word: str) -> tuple[str, ...]:
     parts: list[str] = []
     for chunk in word.split("_"):
         parts += [p.lower() for p in _CAMEL.findall(chunk)]
-    return [p for p in parts if p]
+    return tuple(p for p in parts if p)
 
 
 def index_terms(text: str) -> str:
@@ -95,12 +108,41 @@ def index_terms(text: str) -> str:
     return " ".join(sorted(out))
 
 
-def fts_query(query: str) -> str:
-    """An FTS5 MATCH expression: each word in any identifier spelling, words OR-ed for recall.
+# Words in a question that name a kind of node ("which stored procedure ...").
+KIND_WORDS = {
+    "procedure": "procedure",
+    "procedures": "procedure",
+    "proc": "procedure",
+    "sproc": "procedure",
+    "table": "table",
+    "tables": "table",
+    "view": "view",
+    "views": "view",
+    "trigger": "trigger",
+    "triggers": "trigger",
+    "function": "function",
+    "class": "class",
+    "classes": "class",
+    "interface": "interface",
+    "method": "method",
+    "methods": "method",
+    "controller": "class",
+    "endpoint": "method",
+    "migration": "class",
+}
 
-    Adjacent plain words are also tried joined (`basket service` -> `basketservice`), so a
-    query typed as words ranks the identifier it names first.
-    """
+
+def kinds_in(query: str) -> list[str]:
+    """Node kinds a question names, in order."""
+    return list(
+        dict.fromkeys(
+            KIND_WORDS[w] for w in re.findall(r"[a-z]+", query.lower()) if w in KIND_WORDS
+        )
+    )
+
+
+def query_terms(query: str) -> tuple[list[str], list[str]]:
+    """(word terms, joined-adjacent-word terms) as FTS5 expressions; stop words dropped."""
     terms: list[str] = []
     words: list[str] = []
     for word in _WORD.findall(query):
@@ -117,8 +159,44 @@ def fts_query(query: str) -> str:
                 f'("{joined}" OR ({" AND ".join(f"{chr(34)}{p}{chr(34)}" for p in parts)}))'
             )
             words.append("")
-    terms += [f'"{a}{b}"' for a, b in itertools.pairwise(words) if a and b]
-    return " OR ".join(dict.fromkeys(terms))
+    pairs = [f'"{a}{b}"' for a, b in itertools.pairwise(words) if a and b]
+    return list(dict.fromkeys(terms)), list(dict.fromkeys(pairs))
+
+
+def fts_query(query: str, mode: str = "any") -> str:
+    """An FTS5 MATCH expression: `any` word (or joined pair), `all` words, or `joined` pairs only.
+
+    Each word matches in every identifier spelling; adjacent plain words are also tried
+    joined (`basket service` -> `basketservice`), so a query typed as words finds the
+    identifier it names.
+    """
+    terms, pairs = query_terms(query)
+    if mode == "joined":
+        return " OR ".join(pairs)
+    if mode == "all":
+        return " AND ".join(terms)
+    return " OR ".join(terms + pairs)
+
+
+def _tok(prefix: str, value: str) -> str:
+    """A hidden FTS token for an attribute value (hex keeps any value one token)."""
+    return f"zz{prefix}{value.encode().hex()}"
+
+
+def meta_tokens(node: Node) -> str:
+    """The tokens that let FTS5 itself apply scope and filters (exact, and fast)."""
+    toks = [
+        _tok("r", node.repository),
+        _tok("s", node.snapshot),
+        _tok("k", node.kind),
+        _tok("g", node.language),
+    ]
+    toks += [_tok("l", label) for label in node.labels]
+    return " ".join(toks)
+
+
+def _any(prefix: str, values: Iterable[str]) -> str:
+    return "(" + " OR ".join(f"meta:{_tok(prefix, v)}" for v in values) + ")"
 
 
 @dataclass(frozen=True)
@@ -197,7 +275,7 @@ _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS node_labels (node INTEGER NOT NULL, label TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS node_labels_node ON node_labels (node)",
     """CREATE VIRTUAL TABLE IF NOT EXISTS nodes_fts USING fts5(
-        name, body, tokenize = 'porter unicode61 remove_diacritics 2')""",
+        name, body, meta, tokenize = 'porter unicode61 remove_diacritics 2')""",
     """CREATE TABLE IF NOT EXISTS edges (from_id TEXT NOT NULL, to_id TEXT NOT NULL,
         edge_type TEXT NOT NULL, repository TEXT NOT NULL, snapshot TEXT NOT NULL,
         PRIMARY KEY (from_id, to_id, edge_type))""",
@@ -205,6 +283,9 @@ _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS files (repository TEXT NOT NULL, snapshot TEXT NOT NULL,
         path TEXT NOT NULL, hash TEXT NOT NULL, extraction TEXT NOT NULL,
         PRIMARY KEY (repository, snapshot, path))""",
+    # FTS5 rank weights: names count four times the body; the meta column (scope and filter
+    # tokens, see meta_tokens) does not count at all.
+    "INSERT INTO nodes_fts (nodes_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0, 0.0)')",
     "CREATE TABLE IF NOT EXISTS vectors (node INTEGER PRIMARY KEY, model TEXT NOT NULL, vector BLOB NOT NULL)",
 ]
 _COLS = (
@@ -262,6 +343,29 @@ class SqliteNodeStore:
         )
         return {p: json.loads(e) for p, e in rows}
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group many writes in one transaction (committed at the end, rolled back on error)."""
+        db = self.conn()
+        self._local.batch = True
+        try:
+            yield
+            db.commit()
+        except BaseException:
+            db.rollback()
+            raise
+        finally:
+            self._local.batch = False
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self.conn()
+        if getattr(self._local, "batch", False):
+            yield db
+        else:
+            with db:
+                yield db
+
     def replace_file(
         self,
         repository: str,
@@ -272,8 +376,7 @@ class SqliteNodeStore:
         extraction: Any,
     ) -> int:
         """Replace every node of one file; returns the number written."""
-        db = self.conn()
-        with db:
+        with self._write() as db:
             self._delete_file(db, repository, snapshot, path)
             count = 0
             for n in nodes:
@@ -299,10 +402,17 @@ class SqliteNodeStore:
                 db.executemany(
                     "INSERT INTO node_labels VALUES (?, ?)", [(rowid, lb) for lb in n.labels]
                 )
-                names = f"{n.name} {n.qualified_name} {n.path} {index_terms(n.qualified_name + ' ' + n.path)}"
+                head = " ".join(str(n.metadata.get(k, "")) for k in ("doc", "signature", "heading"))
+                # The kind and names go in the weighted column; doc line and signature
+                # (which sit outside a member's text) go with the body.
+                names = (
+                    f"{n.kind} {n.name} {n.qualified_name} {n.path} "
+                    f"{index_terms(n.qualified_name + ' ' + n.path)}"
+                )
+                body = f"{head}\n{n.text}\n{index_terms(head + ' ' + n.text)}"
                 db.execute(
-                    "INSERT INTO nodes_fts (rowid, name, body) VALUES (?, ?, ?)",
-                    (rowid, names, n.text + "\n" + index_terms(n.text)),
+                    "INSERT INTO nodes_fts (rowid, name, body, meta) VALUES (?, ?, ?, ?)",
+                    (rowid, names, body, meta_tokens(n)),
                 )
                 count += 1
             db.execute(
@@ -332,8 +442,7 @@ class SqliteNodeStore:
 
     def delete_file(self, repository: str, snapshot: str, path: str) -> None:
         """Remove a file's nodes (the file was deleted)."""
-        db = self.conn()
-        with db:
+        with self._write() as db:
             self._delete_file(db, repository, snapshot, path)
             db.execute(
                 "DELETE FROM files WHERE repository = ? AND snapshot = ? AND path = ?",
@@ -344,9 +453,8 @@ class SqliteNodeStore:
         self, repository: str, snapshot: str, edges: Iterable[tuple[str, str, str]]
     ) -> int:
         """Replace every edge of a repository snapshot."""
-        db = self.conn()
         rows = [(f, t, e, repository, snapshot) for f, t, e in edges]
-        with db:
+        with self._write() as db:
             db.execute(
                 "DELETE FROM edges WHERE repository = ? AND snapshot = ?", (repository, snapshot)
             )
@@ -355,8 +463,7 @@ class SqliteNodeStore:
 
     def put_vectors(self, model: str, vectors: dict[str, bytes]) -> None:
         """Store embedding vectors (float32 bytes) by node id."""
-        db = self.conn()
-        with db:
+        with self._write() as db:
             for nid, blob in vectors.items():
                 db.execute(
                     "INSERT OR REPLACE INTO vectors SELECT rowid, ?, ? FROM nodes WHERE id = ?",
@@ -408,22 +515,120 @@ class SqliteNodeStore:
     def bm25(
         self, query: str, *, scope: Scope, top_k: int, filters: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        """BM25 hits, best first."""
-        match = fts_query(query)
+        """BM25 hits, best first, in passes that each add what the previous ones missed.
+
+        1. adjacent words joined, as the identifier they may spell ("place order" -> PlaceOrder);
+        2. nodes of a kind the question names ("which stored procedure ..."), up to half;
+        3. nodes with every word; 4. nodes with any word.
+        Every pass ranks with BM25 inside FTS5 under the same scope and filters. Matching
+        all words before any word is both more precise and far cheaper.
+        """
+        passes: list[tuple[str, dict[str, Any] | None, int]] = [("joined", filters, top_k)]
+        kinds = kinds_in(query)
+        if kinds and not (filters or {}).get("kind"):
+            flt = {**(filters or {}), "kind": kinds}
+            passes += [("all", flt, (top_k + 1) // 2), ("any", flt, (top_k + 1) // 2)]
+        passes += [("all", filters, top_k), ("any", filters, top_k)]
+        merged: list[dict[str, Any]] = []
+        from_kind_pass = 0
+        for mode, flt, cap in passes:
+            kind_pass = flt is not filters
+            match = self._selective_any(query) if mode == "any" else fts_query(query, mode)
+            for h in self._bm25(match, scope, top_k, flt):
+                if len(merged) >= top_k or (kind_pass and from_kind_pass >= cap):
+                    break
+                if all(h["id"] != m["id"] for m in merged):
+                    merged.append(h)
+                    from_kind_pass += kind_pass
+        return [{**h, "rank": i + 1} for i, h in enumerate(merged)]
+
+    def _selective_any(self, query: str) -> str:
+        """The any-word expression without words found in over a quarter of the nodes.
+
+        Such words have a BM25 weight near zero, yet ranking every node they match costs
+        most of a query; they still count in the all-words pass. When every word is that
+        common, the full expression is used.
+        """
+        terms, pairs = query_terms(query)
+        db = self.conn()
+        total = self._node_count()
+        cap = max(50, total // 4)
+        kept = [
+            t
+            for t in terms
+            if db.execute(
+                "SELECT count(*) FROM (SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? LIMIT ?)",
+                (t, cap + 1),
+            ).fetchone()[0]
+            <= cap
+        ]
+        return " OR ".join((kept or terms) + pairs)
+
+    def _node_count(self) -> int:
+        return int(self.conn().execute("SELECT count(*) FROM nodes").fetchone()[0])
+
+    def _meta_match(self, scope: Scope, filters: dict[str, Any] | None) -> tuple[str, str]:
+        """(required tokens, forbidden tokens) expressing scope and kind/language filters."""
+        need: list[str] = []
+        db = self.conn()
+        # A constraint every node satisfies only slows FTS5 down: skip it, it excludes nothing.
+        for value, column, prefix in (
+            (scope.repository, "repository", "r"),
+            (scope.snapshot, "snapshot", "s"),
+        ):
+            if value:
+                others = db.execute(
+                    f"SELECT 1 FROM nodes WHERE {column} != ? LIMIT 1", (value,)
+                ).fetchone()
+                if others is not None:
+                    need.append(_any(prefix, [value]))
+                elif (
+                    db.execute(
+                        f"SELECT 1 FROM nodes WHERE {column} = ? LIMIT 1", (value,)
+                    ).fetchone()
+                    is None
+                ):
+                    need.append(
+                        _any(prefix, [value])
+                    )  # nothing matches: keep it, results are empty
+        for key, prefix in (("kind", "k"), ("language", "g")):
+            value = (filters or {}).get(key)
+            if value:
+                need.append(_any(prefix, [value] if isinstance(value, str) else value))
+        labels = {r[0] for r in db.execute("SELECT DISTINCT label FROM node_labels")}
+        hidden = sorted(labels - set(scope.allowed_labels or ()))
+        return " AND ".join(need), (_any("l", hidden) if hidden else "")
+
+    def _bm25(
+        self, match: str, scope: Scope, top_k: int, filters: dict[str, Any] | None
+    ) -> list[dict[str, Any]]:
+        """One ranked FTS5 query with scope and filters applied inside the index."""
         if not match:
             return []
-        where, args = self._scope_sql(scope)
-        fsql, fargs = self._filter_sql(filters)
-        rows = (
-            self.conn()
-            .execute(
-                "SELECT n.id, bm25(nodes_fts, 4.0, 1.0) AS s, n.path, n.kind, n.name FROM nodes_fts "
-                f"JOIN nodes n ON n.rowid = nodes_fts.rowid WHERE nodes_fts MATCH ? AND {where}{fsql} "
-                "ORDER BY s, n.id LIMIT ?",
-                [match, *args, *fargs, top_k],
-            )
-            .fetchall()
-        )
+        need, hidden = self._meta_match(scope, filters)
+        expr = f"({match})" + (f" AND {need}" if need else "")
+        if hidden:
+            expr = f"({expr}) NOT {hidden}"
+        prefix = (filters or {}).get("path_prefix")
+        db = self.conn()
+        window = top_k if not prefix else max(top_k * 8, 64)
+        while True:  # only a path prefix is applied after ranking; the window grows until exact
+            rows = db.execute(
+                "SELECT n.id, f.rank, n.path, n.kind, n.name FROM (SELECT rowid, rank FROM nodes_fts "
+                "WHERE nodes_fts MATCH ? ORDER BY rank LIMIT ?) f JOIN nodes n ON n.rowid = f.rowid "
+                "WHERE (? IS NULL OR substr(n.path, 1, length(?)) = ?) ORDER BY f.rank, n.id LIMIT ?",
+                [expr, window, prefix, prefix, prefix, top_k],
+            ).fetchall()
+            if len(rows) >= top_k or not prefix:
+                break
+            matched = db.execute(
+                "SELECT count(*) FROM (SELECT rowid FROM nodes_fts WHERE nodes_fts "
+                "MATCH ? LIMIT ?)",
+                (expr, window),
+            ).fetchone()[0]
+            if matched < window:
+                break
+            window *= 8
         return [
             {
                 "id": r[0],

@@ -43,8 +43,14 @@ def test_every_action_has_a_page_whose_example_validates():
         page = docgen.ROOT / "docs" / "actions" / f"{name}.md"
         assert page.is_file(), f"no docs page for action {name}"
         text = page.read_text()
-        for section in ("## What it does", "## Fields", "## State read and written",
-                        "## Outcomes and transitions", "## Error codes", "## Example"):
+        for section in (
+            "## What it does",
+            "## Fields",
+            "## State read and written",
+            "## Outcomes and transitions",
+            "## Error codes",
+            "## Example",
+        ):
             assert section in text, (name, section)
         [example] = re.findall(r"## Example\n\n```yaml\n(.*?)```", text, re.S)
         [step] = read_yaml(f"{name}.md", example).documents[0]  # our loader keeps `on:` a string
