@@ -58,7 +58,7 @@ def main() -> None:
     for name, texts, lang in (("C#", cs, "dotnet"), ("T-SQL", sql, "sql")):
         counter = get_counter()
         secs = timed(
-            lambda texts=texts, lang=lang: [
+            lambda texts=texts, lang=lang, counter=counter: [
                 classifiers.compact(t, lang, counter=counter) for t in texts
             ],
             3,
