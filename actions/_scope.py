@@ -6,14 +6,17 @@ passed in (run inputs) or what the pipeline author configured (settings).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.errors import StateError
-from runtime.nodestore import Scope
+
+if TYPE_CHECKING:
+    from runtime.nodestore import Scope
 
 
 def run_scope(ctx: Any) -> Scope:
     """The caller's scope for this run."""
+    from runtime.nodestore import Scope  # loaded with the first search, not at validation
 
     def pick(name: str) -> Any:
         if name in ctx.inputs and ctx.inputs[name] is not None:

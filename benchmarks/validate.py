@@ -42,11 +42,12 @@ def generate(n: int) -> str:
                 "    action: json_decision_router",
                 "    routes:",
                 f"      go: {nxt}",
-                f"      back: s{max(i - 1, 0)}",
+                f"      skip: {nxt}",
                 f"    on_other: {nxt}",
             ]
         else:
-            lines += ["    action: loop_guard", f"    on_allow: {nxt}", f"    on_deny: {nxt}"]
+            # loops back to the set_variables step two before, through this guard
+            lines += ["    action: loop_guard", f"    on_allow: s{max(i - 2, 0)}", f"    on_deny: {nxt}"]
     return "\n".join(lines) + "\n"
 
 
