@@ -378,7 +378,7 @@ def extract(text: str) -> tuple[list[Symbol], list[Dependency]]:
                     deps.append(Dependency(sym.qualified_name, table, "On", line))
             elif kind == "table":
                 sym.metadata.update(table_columns(body))
-                for fk in sym.metadata["foreign_keys"]:  # type: ignore[union-attr]
+                for fk in sym.metadata["foreign_keys"]:
                     deps.append(Dependency(qn, fk["references"], "FK", line))
             else:
                 if kind in ("procedure", "function"):

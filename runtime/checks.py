@@ -275,7 +275,7 @@ def check_cycles(graph: Graph, settings: Mapping[str, Any]) -> Iterator[Finding]
     if isinstance(settings.get("max_steps"), int):
         return
     # A cycle is bounded iff it passes a bounding step: drop those and look for cycles left.
-    free = [s for s in graph.ids if not (graph.actions.get(s) and graph.actions[s].bounds_loops)]
+    free = [s for s in graph.ids if not getattr(graph.actions.get(s), "bounds_loops", False)]
     keep = set(free)
     succ = {s: [n for n in graph.successors(s) if n in keep] for s in free}
     for comp in _cycles(free, succ):

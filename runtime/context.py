@@ -43,7 +43,7 @@ class Context:
         self.run_id = run_id
         self.step_id = step.id
         self.step = step.config
-        self.settings = pipeline.settings
+        self.settings: Mapping[str, Any] = pipeline.settings
         self.inputs = inputs
         self.pipeline = pipeline
         self.messages = messages

@@ -114,7 +114,7 @@ def action_pages(registry: Registry | None = None) -> dict[Path, str]:
             continue
         text = page.read_text(encoding="utf-8")
         table = field_table(action)
-        new = _FIELDS.sub(lambda m, t=table: m.group(1) + t + m.group(2), text)
+        new = _FIELDS.sub(lambda m: m.group(1) + table + m.group(2), text)  # noqa: B023
         if new != text:
             changed[page] = new
     return changed

@@ -34,14 +34,19 @@ def cosine_top(query: Sequence[float], blobs: Sequence[bytes], k: int) -> list[t
     """(index, cosine) of the k stored vectors most similar to query."""
     try:
         import numpy as np
-    except ImportError:
-        np = None
-    if np is not None:
-        mat = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
-        q = np.asarray(query, dtype=np.float32)
-        sims = mat @ q / ((np.linalg.norm(mat, axis=1) * np.linalg.norm(q)) + 1e-12)
-        order = np.lexsort((np.arange(len(sims)), -sims))[:k]
-        return [(int(i), float(sims[i])) for i in order]
+    except ImportError:  # numpy is optional: the pure-Python path below gives the same order
+        return _cosine_top_python(query, blobs, k)
+    mat = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
+    q = np.asarray(query, dtype=np.float32)
+    sims = mat @ q / ((np.linalg.norm(mat, axis=1) * np.linalg.norm(q)) + 1e-12)
+    order = np.lexsort((np.arange(len(sims)), -sims))[:k]
+    return [(int(i), float(sims[i])) for i in order]
+
+
+def _cosine_top_python(
+    query: Sequence[float], blobs: Sequence[bytes], k: int
+) -> list[tuple[int, float]]:
+    """The same ranking without numpy."""
     qn = math.sqrt(sum(x * x for x in query)) or 1.0
     scored = []
     for i, blob in enumerate(blobs):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime._access import mapping
 from runtime.action import Action, Outcome
 from runtime.context import Context
 from runtime.errors import (
@@ -223,7 +224,7 @@ class Engine:
         messages = pos.inbox.consume(step.id)
         for m in messages:
             tracer.emit("INBOX_CONSUME", step.id, message=m.to_dict())
-        retry = step.config.get("retry") if isinstance(step.config.get("retry"), Mapping) else {}
+        retry = mapping(step.config.get("retry"))
         attempts = int(retry.get("max_attempts", 1))
         attempt = 1
         while True:
@@ -323,7 +324,7 @@ class Engine:
         )
 
     def _catch(self, step: Step, err: RunError, pos: _Position, tracer: Tracer) -> str | None:
-        catch = step.config.get("catch") if isinstance(step.config.get("catch"), Mapping) else {}
+        catch = mapping(step.config.get("catch"))
         target = catch.get(err.code) or catch.get("ALL")
         if not isinstance(target, str):
             raise err
@@ -358,7 +359,7 @@ class Engine:
 
     @staticmethod
     def _backoff(retry: Mapping[str, Any], attempt: int, rng: random.Random) -> float:
-        cfg = retry.get("backoff") if isinstance(retry.get("backoff"), Mapping) else {}
+        cfg = mapping(retry.get("backoff"))
         initial = float(cfg.get("initial_seconds", 0.5))
         delay = min(
             initial * float(cfg.get("multiplier", 2.0)) ** (attempt - 1),

@@ -144,6 +144,7 @@ class _Walker:
             for i, item in enumerate(node.value):
                 seq.push(self.value(item, (*path, i), depth + 1), self.scalar_loc(item))
             return seq
+        assert isinstance(node, yaml.ScalarNode)
         return self.scalar(node)
 
     def scalar_loc(self, node: yaml.Node) -> Location:

@@ -295,7 +295,21 @@ _COLS = (
 
 
 def _row_node(row: Sequence[Any]) -> Node:
-    return Node(*row[:11], metadata=json.loads(row[11]), labels=json.loads(row[12]))
+    return Node(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        row[8],
+        row[9],
+        row[10],
+        metadata=json.loads(row[11]),
+        labels=json.loads(row[12]),
+    )
 
 
 class SqliteNodeStore:
@@ -526,8 +540,8 @@ class SqliteNodeStore:
         passes: list[tuple[str, dict[str, Any] | None, int]] = [("joined", filters, top_k)]
         kinds = kinds_in(query)
         if kinds and not (filters or {}).get("kind"):
-            flt = {**(filters or {}), "kind": kinds}
-            passes += [("all", flt, (top_k + 1) // 2), ("any", flt, (top_k + 1) // 2)]
+            by_kind = {**(filters or {}), "kind": kinds}
+            passes += [("all", by_kind, (top_k + 1) // 2), ("any", by_kind, (top_k + 1) // 2)]
         passes += [("all", filters, top_k), ("any", filters, top_k)]
         merged: list[dict[str, Any]] = []
         from_kind_pass = 0

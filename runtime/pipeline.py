@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runtime._access import mapping
+
 if TYPE_CHECKING:
     from runtime.source import SourceMap
 
@@ -135,7 +137,7 @@ class Pipeline:
                     has_default=has_default,
                     description=str(spec.get("description", "")),
                 )
-        inbox = data.get("inbox") if isinstance(data.get("inbox"), Mapping) else {}
+        inbox = mapping(data.get("inbox"))
         return cls(
             name=str(data.get("name") or (Path(file).stem if file else "pipeline")),
             description=str(data.get("description") or ""),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime import checks, codes
+from runtime._access import items, mapping
 from runtime.diagnostics import Diagnostic, sort_diagnostics
 from runtime.errors import PipelineInvalidError, UsageError
 from runtime.extends import FileCache, resolve
@@ -257,7 +258,7 @@ def check_pipeline(
     out.extend(_schema_errors(v.top, data, (), pos, reported_keys))
     if "steps" not in data:
         out.append(pos.diag("SCHEMA_MISSING_FIELD", "missing required field 'steps'", ()))
-    steps = data.get("steps") if isinstance(data.get("steps"), list) else []
+    steps = items(data.get("steps"))
     failed = {i.name: i for i in registry.failures()}
     for i, step in enumerate(steps):
         if not isinstance(step, Mapping):
@@ -318,7 +319,7 @@ def check_pipeline(
                 key=True,
             )
         )
-    settings = data.get("settings") if isinstance(data.get("settings"), Mapping) else {}
+    settings = mapping(data.get("settings"))
     plain_steps = [s for s in steps if isinstance(s, Mapping)]
     if not graph:
         return out

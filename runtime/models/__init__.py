@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from runtime._access import mapping
 from runtime.errors import ModelError
 from runtime.models.base import ModelConfig, ModelProvider, ModelRequest, ModelResponse
 
@@ -45,7 +46,7 @@ def _config(name: str, raw: Mapping[str, Any]) -> ModelConfig:
 
 def config_from_spec(spec: str, settings: Mapping[str, Any]) -> ModelConfig:
     """The configuration a spec string or settings name stands for."""
-    models = settings.get("models") if isinstance(settings.get("models"), Mapping) else {}
+    models = mapping(settings.get("models"))
     if spec in models:
         return _config(spec, models[spec])
     if spec == "extractive":

@@ -21,6 +21,7 @@ import re
 import time
 from typing import Any
 
+from runtime._access import mapping
 from runtime.blocks import parse_blocks
 from runtime.models.base import ChunkCallback, ModelConfig, ModelRequest, ModelResponse
 from runtime.nodestore import STOPWORDS, split_identifier
@@ -134,7 +135,7 @@ class ExtractiveProvider:
     ) -> dict[str, Any]:
         has_evidence = bool(ranked)
         schema = request.json_schema or {}
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        props = mapping(schema.get("properties"))
         enum = (
             (props.get("decision") or {}).get("enum")
             if isinstance(props.get("decision"), dict)
