@@ -47,7 +47,11 @@ def generate(n: int) -> str:
             ]
         else:
             # loops back to the set_variables step two before, through this guard
-            lines += ["    action: loop_guard", f"    on_allow: s{max(i - 2, 0)}", f"    on_deny: {nxt}"]
+            lines += [
+                "    action: loop_guard",
+                f"    on_allow: s{max(i - 2, 0)}",
+                f"    on_deny: {nxt}",
+            ]
     return "\n".join(lines) + "\n"
 
 
