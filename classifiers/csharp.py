@@ -162,6 +162,23 @@ def _string_value(node: Any) -> str:
     return ""
 
 
+def _symbol(node: Any, kind: str, name: str, qn: str, parent: str | None) -> Symbol:
+    """A C# symbol for a declaration node."""
+    return Symbol(
+        kind,
+        name,
+        qn,
+        "dotnet",
+        node.start_point[0] + 1,
+        node.end_point[0] + 1,
+        signature=_signature(node),
+        doc=_doc_before(node),
+        text=_txt(node),
+        parent=parent,
+        metadata={"modifiers": _modifiers(node)},
+    )
+
+
 class _Walker:
     def __init__(self, text: str) -> None:
         self.text = text
@@ -204,19 +221,7 @@ class _Walker:
         name = _txt(node.child_by_field_name("name"))
         owner = parent or namespace
         qn = f"{owner}.{name}" if owner else name
-        sym = Symbol(
-            kind,
-            name,
-            qn,
-            "dotnet",
-            node.start_point[0] + 1,
-            node.end_point[0] + 1,
-            signature=_signature(node),
-            doc=_doc_before(node),
-            text=_txt(node),
-            parent=parent or (namespace or None),
-            metadata={"modifiers": _modifiers(node)},
-        )
+        sym = _symbol(node, kind, name, qn, parent or (namespace or None))
         self.symbols.append(sym)
         for child in node.named_children:
             if child.type == "base_list":
@@ -273,19 +278,7 @@ class _Walker:
         existing = sum(1 for s in self.symbols if s.qualified_name.split("(")[0] == qn)
         if existing:
             qn = f"{qn}#{existing + 1}"  # overloads stay distinct and stable by order
-        sym = Symbol(
-            kind,
-            name,
-            qn,
-            "dotnet",
-            node.start_point[0] + 1,
-            node.end_point[0] + 1,
-            signature=_signature(node),
-            doc=_doc_before(node),
-            text=_txt(node),
-            parent=owner,
-            metadata={"modifiers": _modifiers(node)},
-        )
+        sym = _symbol(node, kind, name, qn, owner)
         self.symbols.append(sym)
         plist = node.child_by_field_name("parameters")
         if plist is not None:

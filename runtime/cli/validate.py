@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -38,16 +39,21 @@ def _run(paths: tuple[str, ...], fmt: str, strict: bool) -> None:
     sys.exit(1 if failed else 0)
 
 
+def _options(func: Any) -> Any:
+    """The arguments and options validate and lint share."""
+    func = click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default="text",
+        show_default=True,
+        help="Output format.",
+    )(func)
+    return click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))(func)
+
+
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@_options
 @click.option("--strict", is_flag=True, help="Treat warnings as errors (exit 1).")
 @handle_errors
 def validate(paths: tuple[str, ...], fmt: str, strict: bool) -> None:
@@ -59,15 +65,7 @@ def validate(paths: tuple[str, ...], fmt: str, strict: bool) -> None:
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@_options
 @handle_errors
 def lint(paths: tuple[str, ...], fmt: str) -> None:
     """Validate with warnings as errors (the same as `validate --strict`)."""
