@@ -201,8 +201,9 @@ def _index_files(
     import classifiers
     from runtime.embeddings import to_blob
 
+    own_name = Path(own).name
     for path, rel in _files(roots):
-        if str(path.resolve()).startswith(own):
+        if path.name.startswith(own_name) and str(path.resolve()).startswith(own):
             continue  # the index itself (and its -wal/-shm files) may sit inside the tree
         if path.suffix.lower() not in CODE_SUFFIXES | DOC_SUFFIXES:
             report.skipped += 1
