@@ -6,12 +6,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+# Conservative on purpose: a window larger than the server's lets some servers
+# (Ollama) truncate the prompt silently; a smaller one fails loudly with CONTEXT_OVERFLOW.
 DEFAULT_CONTEXT_WINDOW = 8192
+EXTRACTIVE_CONTEXT_WINDOW = 128_000
+REPLAY_CONTEXT_WINDOW = 1_000_000
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A named model: provider, model name, endpoint, window, tokenizer, retry policy."""
+    """A named model: provider, model name, endpoint, window, tokenizer, retry policy.
+
+    Holds no secret: the API key is read from the environment variable named by
+    `api_key_env` at request time.
+    """
 
     name: str
     provider: str
@@ -43,7 +51,7 @@ class ModelRequest:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The recorded form (no secrets: requests never hold keys)."""
+        """The recorded form: messages and parameters (requests never hold keys)."""
         return {
             "messages": self.messages,
             "model": self.model,
@@ -72,11 +80,12 @@ ChunkCallback = Callable[[str], None]
 
 
 class ModelProvider(Protocol):
-    """Anything that answers chat requests."""
+    """Anything that answers chat requests; `config` gives the window and tokenizer."""
 
     config: ModelConfig
 
     def complete(
         self, request: ModelRequest, *, on_chunk: ChunkCallback | None = None
     ) -> ModelResponse:
-        """Answer one request (streaming chunks to on_chunk when given)."""
+        """Answer one request (streaming text pieces to on_chunk when given)."""
+        ...

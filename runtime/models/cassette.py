@@ -1,7 +1,14 @@
 """Cassettes: record model calls to JSONL, replay them per step id in order.
 
-One line per call: `{"step_id": ..., "response": "...", "request": {...}}`. The
-request holds messages and parameters only: providers never put keys in it.
+One line per call::
+
+    {"step_id": "...", "response": "...", "request": {messages and parameters},
+     "model": "...", "tokens_in": N, "tokens_out": N, "finish_reason": "..."}
+
+`step_id` and `response` are required; the other keys are optional on replay,
+which returns them as recorded so a replayed run's trace matches the live one.
+The request holds messages and parameters only: providers never put keys in it,
+and no header is recorded.
 """
 
 from __future__ import annotations
@@ -13,39 +20,68 @@ from pathlib import Path
 from typing import Any
 
 from runtime.errors import ModelError
-from runtime.models.base import ChunkCallback, ModelConfig, ModelRequest, ModelResponse
+from runtime.models.base import (
+    ChunkCallback,
+    ModelConfig,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+)
 
 
-def load(path: str) -> dict[str, deque[str]]:
-    """step id -> recorded responses, in order."""
+def _invalid(path: str, number: int, message: str) -> ModelError:
+    return ModelError(f"cassette {path} line {number}: {message}", code="CASSETTE_INVALID")
+
+
+def _entry(path: str, number: int, line: str) -> tuple[str, ModelResponse]:
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        entry = json.loads(line)
+    except ValueError as exc:
+        raise _invalid(path, number, "not JSON") from exc
+    if not isinstance(entry, dict):
+        raise _invalid(path, number, "not a JSON object")
+    step, text = entry.get("step_id"), entry.get("response")
+    if not isinstance(step, str):
+        raise _invalid(path, number, "`step_id` must be a string")
+    if not isinstance(text, str):
+        raise _invalid(path, number, "`response` must be a string")
+    counts = []
+    for key in ("tokens_in", "tokens_out"):
+        value = entry.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _invalid(path, number, f"`{key}` must be a non-negative integer")
+        counts.append(value)
+    model, finish = entry.get("model", "replay"), entry.get("finish_reason", "stop")
+    if not isinstance(model, str) or not isinstance(finish, str):
+        raise _invalid(path, number, "`model` and `finish_reason` must be strings")
+    return step, ModelResponse(text, counts[0], counts[1], 0.0, model, "replay", finish)
+
+
+def load(path: str) -> dict[str, deque[ModelResponse]]:
+    """step id -> recorded responses, in order; CASSETTE_INVALID names the bad line."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError as exc:
+        raise ModelError(f"cassette {path} does not exist", code="CASSETTE_INVALID") from exc
     except OSError as exc:
         raise ModelError(
-            f"cannot read cassette {path}: {exc.strerror}", code="CASSETTE_INVALID"
+            f"cannot read cassette {path}: {exc.strerror or exc}", code="CASSETTE_INVALID"
         ) from exc
-    out: dict[str, deque[str]] = defaultdict(deque)
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-            step, response = entry["step_id"], entry["response"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ModelError(
-                f"cassette {path} line {number}: not a {{step_id, response}} object",
-                code="CASSETTE_INVALID",
-            ) from exc
-        if not isinstance(response, str):
-            raise ModelError(
-                f"cassette {path} line {number}: response must be text", code="CASSETTE_INVALID"
-            )
-        out[str(step)].append(response)
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _invalid(path, data[: exc.start].count(b"\n") + 1, "not UTF-8") from exc
+    out: dict[str, deque[ModelResponse]] = defaultdict(deque)
+    # split("\n"), not splitlines(): a response may hold U+2028, which JSON leaves unescaped.
+    for number, line in enumerate(content.split("\n"), start=1):
+        if line.strip():
+            step, response = _entry(path, number, line)
+            out[step].append(response)
     return out
 
 
 class ReplayProvider:
-    """Answers each step with its next recorded response."""
+    """Answers each step with its next recorded response; thread-safe."""
 
     def __init__(self, config: ModelConfig, path: str) -> None:
         self.config = config
@@ -53,27 +89,41 @@ class ReplayProvider:
         self._responses = load(path)
         self._lock = threading.Lock()
 
+    def remaining(self, step_id: str) -> int:
+        """How many recorded responses are left for a step."""
+        with self._lock:
+            return len(self._responses.get(step_id, ()))
+
     def complete(
         self, request: ModelRequest, *, on_chunk: ChunkCallback | None = None
     ) -> ModelResponse:
-        """The next recorded response for request.step_id."""
+        """The next recorded response for request.step_id, else CASSETTE_EXHAUSTED."""
         with self._lock:
             queue = self._responses.get(request.step_id)
             if not queue:
                 raise ModelError(
                     f"cassette {self.path} has no more responses for step {request.step_id!r}",
                     code="CASSETTE_EXHAUSTED",
+                    step_id=request.step_id or None,
                 )
-            text = queue.popleft()
-        if on_chunk:
-            on_chunk(text)
-        return ModelResponse(text, 0, 0, 0.0, "replay", "replay")
+            recorded = queue.popleft()
+        if on_chunk is not None:
+            on_chunk(recorded.text)
+        return ModelResponse(
+            recorded.text,
+            recorded.tokens_in,
+            recorded.tokens_out,
+            0.0,
+            recorded.model,
+            "replay",
+            recorded.finish_reason,
+        )
 
 
 class RecordingProvider:
-    """Wraps any provider and appends each call to a cassette."""
+    """Wraps any provider and appends one cassette line per successful call."""
 
-    def __init__(self, inner: Any, path: str) -> None:
+    def __init__(self, inner: ModelProvider, path: str) -> None:
         self.inner = inner
         self.config = inner.config
         self.path = path
@@ -83,13 +133,25 @@ class RecordingProvider:
     def complete(
         self, request: ModelRequest, *, on_chunk: ChunkCallback | None = None
     ) -> ModelResponse:
-        """Call the inner provider, then record the exchange."""
+        """Call the inner provider, then append the exchange (flushed before returning)."""
         response = self.inner.complete(request, on_chunk=on_chunk)
-        line = json.dumps(
-            {"step_id": request.step_id, "response": response.text, "request": request.to_dict()},
-            ensure_ascii=False,
-        )
+        entry: dict[str, Any] = {
+            "step_id": request.step_id,
+            "response": response.text,
+            "request": request.to_dict(),
+            "model": response.model,
+            "tokens_in": response.tokens_in,
+            "tokens_out": response.tokens_out,
+            "finish_reason": response.finish_reason,
+        }
+        line = json.dumps(entry, ensure_ascii=False)
         with self._lock, open(self.path, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
             fh.flush()
         return response
+
+    def close(self) -> None:
+        """Close the wrapped provider when it holds connections."""
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()

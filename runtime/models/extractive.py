@@ -1,15 +1,25 @@
 """The offline extractive responder: the default when no model is configured.
 
 It answers from the evidence blocks in the prompt: it ranks them by overlap with
-the question's terms (identifiers split into words), quotes the most relevant
-lines, cites node ids and paths, and says plainly that no language model was
-used. Asked for JSON, it returns a well-formed decision:
+the question's terms (identifiers split at CamelCase and snake_case, lower case,
+stop words dropped, crudely stemmed), quotes the most relevant lines of the top
+three, cites their node ids and paths, and says plainly that no language model was
+used. The question is the last user message's `Question:` line outside the
+evidence, else that message's text around the evidence.
 
-- with a `json_schema` whose `decision` property has an enum: when the prompt
-  holds evidence, the first of answer / sufficient / enough / done in the enum;
-  without evidence, the first of retrieve / search / more / retrieve_more; else
-  the enum's first value. A `query` string property gets the question's key terms.
-- without a schema: `{"decision": "answer" | "retrieve", "answer": ..., "query": ...}`.
+Asked for JSON (`json_mode`) it returns one well-formed object:
+
+- `decision`: with a `json_schema` whose `decision` property has an `enum`: when the
+  prompt holds evidence blocks, the first of answer / sufficient / enough / done
+  found in the enum; without evidence, the first of retrieve / search / more /
+  retrieve_more; when none is in the enum, the enum's first value. Without an
+  enum: `answer` with evidence, else `retrieve`.
+- `query`: the question's key terms (identifiers kept as written), when the schema
+  has a `query` property or there is no schema.
+- `answer`: the extractive answer, when the schema has an `answer` property or
+  there is no schema.
+- any other `required` property: its enum's first value, else an empty value of
+  its type, so the object still has the required shape.
 
 Deterministic: the same prompt always gets the same reply.
 """
@@ -19,19 +29,29 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
-from runtime._access import mapping
-from runtime.blocks import parse_blocks
 from runtime.models.base import ChunkCallback, ModelConfig, ModelRequest, ModelResponse
+from runtime.models.evidence import Block, question_of, split_prompt
 from runtime.nodestore import STOPWORDS, split_identifier
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NOTICE = (
     "No language model was used: this answer was assembled offline from the retrieved evidence."
 )
-_ANSWER_WORDS = ("answer", "sufficient", "enough", "done")
-_RETRIEVE_WORDS = ("retrieve", "search", "more", "retrieve_more")
+ANSWER_WORDS = ("answer", "sufficient", "enough", "done")
+RETRIEVE_WORDS = ("retrieve", "search", "more", "retrieve_more")
+TOP_BLOCKS = 3
+QUOTED_LINES = 4
+_EMPTY: dict[str, type] = {
+    "string": str,
+    "number": int,
+    "integer": int,
+    "boolean": bool,
+    "array": list,
+    "object": dict,
+}
 
 
 def _stem(word: str) -> str:
@@ -52,13 +72,98 @@ def terms(text: str) -> list[str]:
     return out
 
 
-def _question(request: ModelRequest) -> str:
-    users = [m["content"] for m in request.messages if m.get("role") == "user"]
-    text = users[-1] if users else ""
-    m = re.search(r"(?im)^question:\s*(.+)$", text)
-    if m:
-        return m.group(1).strip()
-    return re.sub(r"<evidence>.*?</evidence>", " ", text, flags=re.S).strip()
+def key_terms(question: str) -> str:
+    """The question's words that carry meaning, as written, in order, once each."""
+    kept = (
+        w
+        for w in _WORD.findall(question)
+        if split_identifier(w) and split_identifier(w)[0] not in STOPWORDS
+    )
+    return " ".join(dict.fromkeys(kept))
+
+
+def rank(question: str, blocks: list[Block]) -> list[Block]:
+    """Blocks sharing terms with the question, most relevant first (earlier blocks win ties)."""
+    wanted = set(terms(question))
+    scored = []
+    for i, block in enumerate(blocks):
+        have = terms(" ".join((block.id, block.path, block.text)))
+        distinct = len(wanted & set(have))
+        if distinct:
+            hits = sum(1 for t in have if t in wanted)
+            scored.append((-(distinct * 2 + min(hits, 20) / 10), i, block))
+    return [block for *_, block in sorted(scored, key=lambda s: (s[0], s[1]))]
+
+
+def quote(question: str, text: str, limit: int = QUOTED_LINES) -> list[str]:
+    """The lines of text sharing most terms with the question, in their original order."""
+    wanted = set(terms(question))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    scored = sorted(
+        ((-len(wanted & set(terms(ln))), i) for i, ln in enumerate(lines)), key=lambda s: s
+    )
+    best = sorted(i for score, i in scored[:limit] if score < 0)
+    return [lines[i][:200] for i in best] or [ln[:200] for ln in lines[:2]]
+
+
+def answer_text(question: str, ranked: list[Block]) -> str:
+    """The cited, quoted answer (or a plain statement that nothing matches)."""
+    if not ranked:
+        asked = f" ({question})" if question else ""
+        return f"{NOTICE}\n\nNo evidence in the context matches the question{asked}; nothing can be cited."
+    out = [NOTICE, ""]
+    if question:
+        out.append(f"Question: {question}")
+    out.append("Most relevant evidence:")
+    top = ranked[:TOP_BLOCKS]
+    for n, block in enumerate(top, start=1):
+        out.append(f"{n}. [{block.id or '?'}] ({block.path or 'unknown path'})")
+        out += [f"   > {line}" for line in quote(question, block.text)]
+    out += ["", "Sources: " + ", ".join(f"[{b.id or '?'}]" for b in top)]
+    return "\n".join(out)
+
+
+def decision(schema: Mapping[str, Any] | None, has_evidence: bool) -> Any:
+    """The decision value for a schema (see the module docstring for the rule)."""
+    props = (schema or {}).get("properties")
+    spec = props.get("decision") if isinstance(props, Mapping) else None
+    enum = spec.get("enum") if isinstance(spec, Mapping) else None
+    prefer = ANSWER_WORDS if has_evidence else RETRIEVE_WORDS
+    if isinstance(enum, list) and enum:
+        return next((w for w in prefer if w in enum), enum[0])
+    return prefer[0]
+
+
+def _empty(spec: Any) -> Any:
+    if isinstance(spec, Mapping):
+        if isinstance(spec.get("enum"), list) and spec["enum"]:
+            return spec["enum"][0]
+        kind = spec.get("type")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), "null")
+        if kind in _EMPTY:
+            return _EMPTY[kind]()
+    return None
+
+
+def decision_object(
+    schema: Mapping[str, Any] | None, question: str, blocks: list[Block]
+) -> dict[str, Any]:
+    """The JSON-mode reply (see the module docstring)."""
+    props = (schema or {}).get("properties")
+    props = props if isinstance(props, Mapping) else {}
+    out: dict[str, Any] = {}
+    if not props or "decision" in props:
+        out["decision"] = decision(schema, bool(blocks))
+    if not props or "query" in props:
+        out["query"] = key_terms(question) or question
+    if not props or "answer" in props:
+        out["answer"] = answer_text(question, rank(question, blocks))
+    required = (schema or {}).get("required")
+    for name in required if isinstance(required, list) else []:
+        if isinstance(name, str) and name not in out:
+            out[name] = _empty(props.get(name))
+    return out
 
 
 class ExtractiveProvider:
@@ -72,90 +177,24 @@ class ExtractiveProvider:
     ) -> ModelResponse:
         """A deterministic, cited, extractive reply."""
         started = time.perf_counter()
-        question = _question(request)
-        blocks = [b for m in request.messages for b in parse_blocks(m.get("content", ""))]
-        ranked = self._rank(question, blocks)
+        users = [m.get("content", "") for m in request.messages if m.get("role") == "user"]
+        question = question_of(users[-1]) if users else ""
+        blocks = [b for m in request.messages for b in split_prompt(m.get("content", "")).blocks]
         if request.json_mode:
-            text = json.dumps(self._decision(request, question, ranked), ensure_ascii=False)
+            reply = decision_object(request.json_schema, question, blocks)
+            text = json.dumps(reply, ensure_ascii=False)
         else:
-            text = self._answer(question, ranked)
-        if on_chunk:
+            text = answer_text(question, rank(question, blocks))
+        if on_chunk is not None:
             on_chunk(text)
         from runtime.tokens import get_counter
 
         count = get_counter(self.config.tokenizer).count
-        tokens_in = sum(count(m.get("content", "")) for m in request.messages)
         return ModelResponse(
             text,
-            tokens_in,
+            sum(count(m.get("content", "")) for m in request.messages),
             count(text),
             round((time.perf_counter() - started) * 1000, 3),
             "extractive",
             "extractive",
         )
-
-    @staticmethod
-    def _rank(question: str, blocks: list[dict[str, str]]) -> list[tuple[float, dict[str, str]]]:
-        wanted = set(terms(question))
-        scored = []
-        for i, b in enumerate(blocks):
-            have = terms(" ".join((b.get("id", ""), b.get("path", ""), b.get("text", ""))))
-            hits = sum(1 for t in have if t in wanted)
-            distinct = len(wanted & set(have))
-            score = distinct * 2 + min(hits, 20) / 10 - i * 1e-3  # earlier blocks win ties
-            scored.append((score, b))
-        return sorted((s for s in scored if s[0] > 0), key=lambda s: -s[0])
-
-    @staticmethod
-    def _quote(question: str, text: str, limit: int = 4) -> list[str]:
-        wanted = set(terms(question))
-        lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
-        scored = sorted(
-            ((len(wanted & set(terms(ln))), -i, ln) for i, ln in enumerate(lines)), reverse=True
-        )
-        best = sorted((-neg, ln) for score, neg, ln in scored[:limit] if score > 0)
-        return [ln.strip()[:200] for _, ln in best] or [ln.strip()[:200] for ln in lines[:2]]
-
-    def _answer(self, question: str, ranked: list[tuple[float, dict[str, str]]]) -> str:
-        if not ranked:
-            return (
-                f"{NOTICE}\n\nNo evidence in the context matches the question"
-                f"{f' ({question})' if question else ''}; nothing can be cited."
-            )
-        out = [NOTICE, "", f"Question: {question}" if question else "", "Most relevant evidence:"]
-        for n, (_, block) in enumerate(ranked[:3], start=1):
-            out.append(f"{n}. [{block.get('id', '?')}] ({block.get('path', 'unknown path')})")
-            out += [f"   > {line}" for line in self._quote(question, block.get("text", ""))]
-        cited = ", ".join(f"[{b.get('id', '?')}]" for _, b in ranked[:3])
-        out += ["", f"Sources: {cited}"]
-        return "\n".join(line for line in out if line is not None)
-
-    def _decision(
-        self, request: ModelRequest, question: str, ranked: list[tuple[float, dict[str, str]]]
-    ) -> dict[str, Any]:
-        has_evidence = bool(ranked)
-        schema = request.json_schema or {}
-        props = mapping(schema.get("properties"))
-        enum = (
-            (props.get("decision") or {}).get("enum")
-            if isinstance(props.get("decision"), dict)
-            else None
-        )
-        prefer = _ANSWER_WORDS if has_evidence else _RETRIEVE_WORDS
-        if enum:
-            decision = next((w for w in prefer if w in enum), enum[0])
-        else:
-            decision = "answer" if has_evidence else "retrieve"
-        out: dict[str, Any] = {"decision": decision}
-        key_terms = " ".join(
-            dict.fromkeys(
-                w
-                for w in _WORD.findall(question)
-                if split_identifier(w) and split_identifier(w)[0] not in STOPWORDS
-            )
-        )
-        if not props or "query" in props:
-            out["query"] = key_terms or question
-        if not props:
-            out["answer"] = self._answer(question, ranked)
-        return out

@@ -1,16 +1,23 @@
-"""OpenAI-compatible chat completions over httpx (OpenAI, vLLM, llama.cpp server, Ollama, LM Studio).
+"""OpenAI-compatible chat completions over httpx (OpenAI, vLLM, llama.cpp server, Ollama).
 
-Retries 429, 5xx and connection failures with exponential backoff and full
-jitter, honouring `Retry-After` (capped). Every httpx failure is mapped once, in
-`_call`, to the model error taxonomy and chained with `from`. The API key comes
-only from the environment and is never put in an error, a trace or a cassette.
+Retries 429, 5xx, timeouts and connection failures with exponential backoff and
+full jitter, waiting at least `Retry-After` (capped); 401/403 are never retried,
+and a streamed reply is never retried once a piece of it was passed on (the
+caller would see it twice). Every httpx failure and HTTP status is mapped to the
+model error taxonomy in one place, `_exchange`, and chained with `from`.
+
+The API key is read from the environment variable named by `api_key_env` for
+each request and sent only as the `Authorization` header: it is never stored on
+the provider, and any server text quoted in an error is scrubbed of it.
 """
 
 from __future__ import annotations
 
-import json
+import email.utils
+import math
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,19 +29,32 @@ from runtime.errors import (
     ModelRateLimitedError,
     ModelTimeoutError,
 )
+from runtime.models import wire
 from runtime.models.base import ChunkCallback, ModelConfig, ModelRequest, ModelResponse
 
-MAX_RETRY_AFTER = 30.0
+MAX_RETRY_AFTER = 30.0  # seconds: a longer Retry-After is waited this long, then retried
+MAX_BACKOFF = 20.0
 
 
-class _Retryable(Exception):
-    def __init__(self, error: ModelError, retry_after: float | None = None) -> None:
-        super().__init__(error.message)
-        self.error, self.retry_after = error, retry_after
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """Retry-After as seconds (a number or an HTTP date), or None when absent or unusable."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 class OpenAIProvider:
-    """Chat completions against one OpenAI-compatible endpoint."""
+    """Chat completions against one OpenAI-compatible endpoint; thread-safe."""
 
     def __init__(
         self,
@@ -44,166 +64,163 @@ class OpenAIProvider:
         rng: random.Random | None = None,
         count_tokens: Callable[[str], int] | None = None,
         backoff_base: float = 0.5,
+        backoff_cap: float = MAX_BACKOFF,
+        retry_after_cap: float = MAX_RETRY_AFTER,
     ) -> None:
         self.config = config
         self.sleep = sleep
-        self.rng = rng or random.Random(0)
+        # Unseeded by default: jitter exists to spread clients apart; tests inject a seeded one.
+        self.rng = rng or random.Random()
         self.count_tokens = count_tokens
         self.backoff_base = backoff_base
-        self.attempts = 0  # calls made to the server, for observability and tests
+        self.backoff_cap = backoff_cap
+        self.retry_after_cap = retry_after_cap
+        self.attempts = 0  # HTTP requests sent, for observability and tests
         self._client: Any = None
+        self._lock = threading.Lock()
+        self.url = config.base_url.rstrip("/") + "/chat/completions"
 
-    def _http(self) -> Any:
-        if self._client is None:
-            import httpx
-
-            timeout = httpx.Timeout(
-                self.config.timeout_seconds, connect=self.config.connect_timeout_seconds
-            )
-            self._client = httpx.Client(timeout=timeout)
-        return self._client
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", **self.config.headers}
-        key = os.environ.get(self.config.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
-
-    def _body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": request.model or self.config.model,
-            "messages": request.messages,
-            "max_tokens": request.max_output_tokens,
-            "stream": stream,
-        }
-        if request.temperature is not None:
-            body["temperature"] = request.temperature
-        if request.top_p is not None:
-            body["top_p"] = request.top_p
-        if request.json_mode:
-            body["response_format"] = {"type": "json_object"}
-        return body
+    def close(self) -> None:
+        """Close the HTTP connection pool (a later request opens a new one)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     def complete(
         self, request: ModelRequest, *, on_chunk: ChunkCallback | None = None
     ) -> ModelResponse:
-        """Send the request, retrying transient failures."""
+        """Send the request (streamed when request.stream or on_chunk), retrying transient failures."""
         started = time.perf_counter()
-        stream = on_chunk is not None
-        last: ModelError | None = None
-        for attempt in range(self.config.max_retries + 1):
+        stream = request.stream or on_chunk is not None
+        delivered = False
+
+        def relay(piece: str) -> None:
+            nonlocal delivered
+            delivered = True
+            if on_chunk is not None:
+                on_chunk(piece)
+
+        attempt = 0
+        while True:
             try:
-                text, usage, finish = self._call(request, stream, on_chunk)
+                reply = self._exchange(request, stream, relay)
                 break
-            except _Retryable as exc:
-                last = exc.error
+            except ModelError as exc:
+                retryable = exc.details.get("retryable", False) and not delivered
+                if not retryable:
+                    raise
                 if attempt >= self.config.max_retries:
-                    raise exc.error from exc
-                delay = self.rng.uniform(0, self.backoff_base * 2**attempt)
-                if exc.retry_after is not None:
-                    delay = max(delay, min(exc.retry_after, MAX_RETRY_AFTER))
-                self.sleep(delay)
-        else:  # pragma: no cover - the loop always breaks or raises
-            raise last or ModelProviderError("no attempt made")
-        tokens_in = usage.get("prompt_tokens") if usage else None
-        tokens_out = usage.get("completion_tokens") if usage else None
-        if tokens_in is None or tokens_out is None:
-            count = self.count_tokens or self._counter()
+                    raise type(exc)(
+                        f"{exc.message} (gave up after {attempt + 1} attempts)", code=exc.code
+                    ) from exc
+                self.sleep(self.delay(attempt, exc.details.get("retry_after")))
+                attempt += 1
+        tokens_in, tokens_out = reply.tokens_in, reply.tokens_out
+        if tokens_in is None:
+            count = self._counter()
             tokens_in = sum(count(m.get("content", "")) for m in request.messages)
-            tokens_out = count(text)
+        if tokens_out is None:
+            tokens_out = self._counter()(reply.text)
         return ModelResponse(
-            text,
-            int(tokens_in),
-            int(tokens_out),
+            reply.text,
+            tokens_in,
+            tokens_out,
             round((time.perf_counter() - started) * 1000, 3),
             request.model or self.config.model,
             "openai",
-            finish,
+            reply.finish_reason,
         )
 
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry number attempt + 1: full jitter, at least Retry-After."""
+        wait = self.rng.uniform(0, min(self.backoff_cap, self.backoff_base * 2**attempt))
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, self.retry_after_cap))
+        return wait
+
     def _counter(self) -> Callable[[str], int]:
-        from runtime.tokens import get_counter
+        # Only when the server gave no usage: loading a tokenizer is not free.
+        if self.count_tokens is None:
+            from runtime.tokens import get_counter
 
-        return get_counter(self.config.tokenizer).count
+            self.count_tokens = get_counter(self.config.tokenizer).count
+        return self.count_tokens
 
-    def _call(
-        self, request: ModelRequest, stream: bool, on_chunk: ChunkCallback | None
-    ) -> tuple[str, dict[str, Any] | None, str]:
-        """One HTTP exchange; every failure leaves here as a model error."""
+    def _http(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import httpx
+
+                timeout = httpx.Timeout(
+                    self.config.timeout_seconds, connect=self.config.connect_timeout_seconds
+                )
+                self._client = httpx.Client(timeout=timeout)
+            self.attempts += 1
+            return self._client
+
+    def _key(self) -> str:
+        return os.environ.get(self.config.api_key_env, "")
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", **self.config.headers}
+        key = self._key()
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def _quote(self, text: str) -> str:
+        """Server text quoted in an error: the key removed first (a server may echo it), then cut."""
+        key = self._key()
+        text = text.replace(key, "[redacted]") if key else text
+        return repr(text[:200])
+
+    def _exchange(self, request: ModelRequest, stream: bool, relay: ChunkCallback) -> wire.Reply:
+        """One HTTP exchange; every failure leaves here as a model error (the one boundary)."""
         import httpx
 
-        url = self.config.base_url.rstrip("/") + "/chat/completions"
-        self.attempts += 1
+        body = wire.request_body(request, request.model or self.config.model, stream)
+        where = f"{self.config.name} ({self.url})"
         try:
-            with self._http().stream(
-                "POST", url, headers=self._headers(), json=self._body(request, stream)
-            ) as resp:
+            with self._http().stream("POST", self.url, headers=self._headers(), json=body) as resp:
                 if resp.status_code >= 400:
                     resp.read()
-                    self._raise_for_status(resp)
-                if stream:
-                    return self._read_stream(resp, on_chunk)
+                    raise self._status_error(resp, where)
+                kind = resp.headers.get("content-type", "")
+                if stream and not kind.startswith("application/json"):
+                    return wire.parse_stream(resp.iter_lines(), relay, self._quote)
                 resp.read()
-                return self._read_body(resp.text)
+                reply = wire.parse_body(resp.text, self._quote)
+                if stream and reply.text:
+                    relay(reply.text)  # the server ignored `stream`: pass the whole reply on
+                return reply
         except httpx.TimeoutException as exc:
-            raise _Retryable(ModelTimeoutError(f"{url} timed out ({type(exc).__name__})")) from exc
+            raise ModelTimeoutError(
+                f"{where} did not answer in time ({type(exc).__name__})", retryable=True
+            ) from exc
         except httpx.TransportError as exc:
-            raise _Retryable(
-                ModelProviderError(f"cannot reach {url}: {type(exc).__name__}")
+            raise ModelProviderError(
+                f"cannot reach {where}: {type(exc).__name__}", retryable=True
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise ModelProviderError(
+                f"{where} answered unreadable data: {type(exc).__name__}"
             ) from exc
 
-    @staticmethod
-    def _raise_for_status(resp: Any) -> None:
+    def _status_error(self, resp: Any, where: str) -> ModelError:
         status = resp.status_code
-        detail = resp.text[:200].replace("\n", " ")
         if status in (401, 403):
-            raise ModelAuthError(f"the model server refused the credentials ({status})")
+            # The body is not quoted: some servers echo part of the key they refused.
+            return ModelAuthError(
+                f"{where} refused the credentials ({status}); "
+                f"the key is read from ${self.config.api_key_env}"
+            )
+        detail = self._quote(resp.text)
         if status == 429:
-            retry = resp.headers.get("Retry-After")
-            try:
-                after = float(retry) if retry is not None else None
-            except ValueError:
-                after = None
-            raise _Retryable(ModelRateLimitedError(f"rate limited (429): {detail}"), after)
+            after = retry_after_seconds(resp.headers.get("Retry-After"))
+            return ModelRateLimitedError(
+                f"{where} is rate limiting (429): {detail}", retryable=True, retry_after=after
+            )
         if status >= 500:
-            raise _Retryable(ModelProviderError(f"server error {status}: {detail}"))
-        raise ModelProviderError(f"request rejected ({status}): {detail}")
-
-    @staticmethod
-    def _read_body(text: str) -> tuple[str, dict[str, Any] | None, str]:
-        try:
-            data = json.loads(text)
-            choice = data["choices"][0]
-            content = choice["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise ModelProviderError(f"malformed completion: {text[:120]!r}") from exc
-        if not isinstance(content, str):
-            raise ModelProviderError("completion content is not text")
-        return content, data.get("usage"), str(choice.get("finish_reason") or "stop")
-
-    @staticmethod
-    def _read_stream(
-        resp: Any, on_chunk: ChunkCallback | None
-    ) -> tuple[str, dict[str, Any] | None, str]:
-        parts: list[str] = []
-        usage, finish = None, "stop"
-        for line in resp.iter_lines():
-            if not line.startswith("data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == "[DONE]":
-                break
-            try:
-                event = json.loads(payload)
-            except ValueError as exc:
-                raise ModelProviderError(f"malformed stream event: {payload[:120]!r}") from exc
-            usage = event.get("usage") or usage
-            for choice in event.get("choices") or []:
-                delta = (choice.get("delta") or {}).get("content")
-                if delta:
-                    parts.append(delta)
-                    if on_chunk:
-                        on_chunk(delta)
-                finish = choice.get("finish_reason") or finish
-        return "".join(parts), usage, finish
+            return ModelProviderError(f"{where} failed ({status}): {detail}", retryable=True)
+        return ModelProviderError(f"{where} rejected the request ({status}): {detail}")

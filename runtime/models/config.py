@@ -1,0 +1,267 @@
+"""Model configuration: `settings.models` entries and spec strings, validated into ModelConfig.
+
+Spec grammar (the CLI `--model`, a step's `model:`, `settings.default_model`)::
+
+    spec     := NAME                      a key of settings.models (checked first)
+              | "extractive"              the offline responder
+              | "replay:" FILE            a cassette
+              | "openai:" MODEL           OpenAI-compatible, $OPENAI_BASE_URL or api.openai.com
+              | "openai:" MODEL "@" URL   OpenAI-compatible at URL (http or https)
+
+MODEL runs to the first `@`, so Ollama names such as `qwen2.5-coder:7b` work.
+Anything else with a `:` is `MODEL_CONFIG_INVALID`; a plain unknown name is `MODEL_UNKNOWN`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from runtime.errors import ModelError
+from runtime.models.base import (
+    DEFAULT_CONTEXT_WINDOW,
+    EXTRACTIVE_CONTEXT_WINDOW,
+    REPLAY_CONTEXT_WINDOW,
+    ModelConfig,
+)
+
+PROVIDERS = ("openai", "extractive", "replay")
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Environment variables read for ad-hoc `openai:` specs (settings entries say it in YAML).
+BASE_URL_ENV = "OPENAI_BASE_URL"
+CONTEXT_WINDOW_ENV = "RUNTIME_CONTEXT_WINDOW"
+SETTING_KEYS = (
+    "provider",
+    "model",
+    "base_url",
+    "api_key_env",
+    "context_window",
+    "tokenizer",
+    "timeout_seconds",
+    "connect_timeout_seconds",
+    "max_retries",
+    "headers",
+    "cassette",
+)
+MAX_RETRIES_LIMIT = 10
+# Credentials belong in the environment (api_key_env), never in a pipeline file or a spec.
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DEFAULT_WINDOW = {
+    "openai": DEFAULT_CONTEXT_WINDOW,
+    "extractive": EXTRACTIVE_CONTEXT_WINDOW,
+    "replay": REPLAY_CONTEXT_WINDOW,
+}
+
+
+def _invalid(where: str, message: str) -> ModelError:
+    return ModelError(f"{where}: {message}", code="MODEL_CONFIG_INVALID")
+
+
+def check_base_url(url: str, where: str) -> str:
+    """The URL when it is an http(s) URL without credentials, else MODEL_CONFIG_INVALID."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise _invalid(where, f"base_url {url!r} is not a URL") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _invalid(where, f"base_url {url!r} must be an http:// or https:// URL")
+    if parts.username is not None or parts.password is not None:
+        # Do not echo the URL: it holds a credential.
+        raise _invalid(where, "base_url must not hold credentials; use api_key_env")
+    return url
+
+
+def _positive_int(value: Any, key: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise _invalid(where, f"{key} must be a positive integer, not {value!r}")
+    return value
+
+
+def _positive_number(value: Any, key: str, where: str) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        raise _invalid(where, f"{key} must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
+def _text(value: Any, key: str, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid(where, f"{key} must be a non-empty string")
+    return value
+
+
+def _headers(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise _invalid(where, "headers must map header names to strings")
+    secret = sorted(k for k in value if k.lower() in _SECRET_HEADERS)
+    if secret:
+        raise _invalid(
+            where, f"header {secret[0]!r} holds a credential; name its variable in api_key_env"
+        )
+    return dict(value)
+
+
+def config_from_settings(name: str, raw: Any, *, base_dir: str | None = None) -> ModelConfig:
+    """Validate one `settings.models` entry; a relative cassette resolves against base_dir."""
+    where = f"settings.models.{name}"
+    if not isinstance(raw, Mapping):
+        raise _invalid(where, "must be a mapping")
+    unknown = sorted(str(k) for k in raw if k not in SETTING_KEYS)
+    if unknown:
+        raise _invalid(
+            where, f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(SETTING_KEYS)}"
+        )
+    provider = raw.get("provider")
+    if provider not in PROVIDERS:
+        raise _invalid(where, f"provider must be one of {', '.join(PROVIDERS)}, not {provider!r}")
+    values: dict[str, Any] = {"context_window": _DEFAULT_WINDOW[provider]}
+    if "model" in raw:
+        values["model"] = _text(raw["model"], "model", where)
+    elif provider == "openai":
+        raise _invalid(where, "an openai model needs `model`")
+    else:
+        values["model"] = provider
+    if provider == "openai":
+        url = raw.get("base_url") or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+        values["base_url"] = check_base_url(_text(url, "base_url", where), where)
+    elif "base_url" in raw:
+        raise _invalid(where, f"base_url applies to openai models, not {provider}")
+    if "api_key_env" in raw:
+        env = raw["api_key_env"]
+        if not isinstance(env, str) or not _ENV_NAME.match(env):
+            raise _invalid(where, "api_key_env must name an environment variable")
+        values["api_key_env"] = env
+    if "context_window" in raw:
+        values["context_window"] = _positive_int(raw["context_window"], "context_window", where)
+    if "tokenizer" in raw:
+        values["tokenizer"] = _text(raw["tokenizer"], "tokenizer", where)
+    for key in ("timeout_seconds", "connect_timeout_seconds"):
+        if key in raw:
+            values[key] = _positive_number(raw[key], key, where)
+    if "max_retries" in raw:
+        retries = raw["max_retries"]
+        if (
+            isinstance(retries, bool)
+            or not isinstance(retries, int)
+            or not 0 <= retries <= MAX_RETRIES_LIMIT
+        ):
+            raise _invalid(where, f"max_retries must be an integer 0..{MAX_RETRIES_LIMIT}")
+        values["max_retries"] = retries
+    if "headers" in raw:
+        values["headers"] = _headers(raw["headers"], where)
+    if provider == "replay":
+        cassette = Path(_text(raw.get("cassette"), "cassette", where))
+        if not cassette.is_absolute() and base_dir:
+            cassette = Path(base_dir) / cassette
+        values["cassette"] = str(cassette)
+    elif "cassette" in raw:
+        raise _invalid(where, f"cassette applies to replay models, not {provider}")
+    return ModelConfig(name=name, provider=provider, **values)
+
+
+def _adhoc_window(where: str) -> int:
+    raw = os.environ.get(CONTEXT_WINDOW_ENV)
+    if raw is None:
+        return DEFAULT_CONTEXT_WINDOW
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise _invalid(where, f"${CONTEXT_WINDOW_ENV} must be a positive integer, not {raw!r}")
+    return value
+
+
+def config_from_spec(
+    spec: str,
+    settings: Mapping[str, Any],
+    *,
+    base_dir: str | None = None,
+    spec_dir: str | None = None,
+) -> ModelConfig:
+    """The configuration a spec string or settings name stands for.
+
+    A relative `replay:FILE` resolves against spec_dir (None: the working directory);
+    a relative `cassette` of a settings entry against base_dir (the pipeline's folder).
+    """
+    if not isinstance(spec, str):
+        raise _invalid("model", f"a model spec must be a string, not {spec!r}")
+    models = settings.get("models")
+    if models is None:
+        models = {}
+    if not isinstance(models, Mapping):
+        raise _invalid("settings.models", "must be a mapping of names to model entries")
+    if spec in models:
+        return config_from_settings(spec, models[spec], base_dir=base_dir)
+    where = f"model spec {spec!r}"
+    if spec == "extractive":
+        return ModelConfig(
+            "extractive", "extractive", model="extractive", context_window=EXTRACTIVE_CONTEXT_WINDOW
+        )
+    kind, colon, rest = spec.partition(":")
+    if colon and kind == "replay" and rest.strip():
+        path = Path(rest)
+        if not path.is_absolute() and spec_dir:
+            path = Path(spec_dir) / path
+        return ModelConfig(
+            spec,
+            "replay",
+            model="replay",
+            cassette=str(path),
+            context_window=REPLAY_CONTEXT_WINDOW,
+        )
+    if colon and kind == "openai":
+        model, at, url = rest.partition("@")
+        if not model.strip() or (at and not url):
+            raise _invalid(where, "use openai:MODEL or openai:MODEL@BASE_URL")
+        base = url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+        return ModelConfig(
+            spec,
+            "openai",
+            model=model,
+            base_url=check_base_url(base, where),
+            context_window=_adhoc_window(where),
+        )
+    if colon or not spec.strip() or spec != spec.strip():
+        raise _invalid(
+            where,
+            "use extractive, replay:FILE, openai:MODEL, openai:MODEL@BASE_URL "
+            "or a name from settings.models",
+        )
+    near = difflib.get_close_matches(spec, [*map(str, models), "extractive"], n=1)
+    raise ModelError(
+        f"unknown model {spec!r}: not in settings.models "
+        f"({', '.join(sorted(map(str, models))) or 'none defined'})"
+        + (f"; did you mean {near[0]!r}?" if near else ""),
+        code="MODEL_UNKNOWN",
+    )
+
+
+def check_settings(settings: Mapping[str, Any], *, base_dir: str | None = None) -> list[ModelError]:
+    """Every problem with settings.models and settings.default_model (for validators)."""
+    problems: list[ModelError] = []
+    models = settings.get("models")
+    if models is not None and not isinstance(models, Mapping):
+        return [_invalid("settings.models", "must be a mapping of names to model entries")]
+    for name, raw in (models or {}).items():
+        try:
+            config_from_settings(str(name), raw, base_dir=base_dir)
+        except ModelError as exc:
+            problems.append(exc)
+    default = settings.get("default_model")
+    if default is not None:
+        try:
+            config_from_spec(default, settings, base_dir=base_dir, spec_dir=base_dir)
+        except ModelError as exc:
+            if not any(p.message == exc.message for p in problems):
+                problems.append(exc)
+    return problems

@@ -1,0 +1,135 @@
+"""The OpenAI chat-completions wire format: request body, reply body, server-sent events.
+
+Pure functions over plain data, so the format is testable without a server. Every
+malformed reply is a `ModelProviderError`; none is retried except a stream that
+ends early (the connection was cut).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.errors import ModelProviderError
+from runtime.models.base import ModelRequest
+
+
+@dataclass
+class Reply:
+    """What one exchange produced: text, the server's token counts when given, why it stopped."""
+
+    text: str
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    finish_reason: str = "stop"
+
+
+def request_body(request: ModelRequest, model: str, stream: bool) -> dict[str, Any]:
+    """The JSON body for POST /chat/completions."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": request.messages,
+        "max_tokens": request.max_output_tokens,
+        "stream": stream,
+    }
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.top_p is not None:
+        body["top_p"] = request.top_p
+    if request.json_mode:
+        body["response_format"] = {"type": "json_object"}
+    return body
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def _usage(data: dict[str, Any]) -> tuple[int | None, int | None]:
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return None, None
+    return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+
+
+def error_message(data: Any) -> str | None:
+    """The message of an OpenAI-style `{"error": ...}` object, if that is what data is."""
+    error = data.get("error") if isinstance(data, dict) else None
+    if error is None:
+        return None
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("type") or error)
+    return str(error)
+
+
+def _excerpt(text: str) -> str:
+    return repr(text[:120])
+
+
+def parse_body(text: str, quote: Callable[[str], str] = _excerpt) -> Reply:
+    """A non-streamed reply: choices[0].message.content plus usage; quote() renders server text."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ModelProviderError(f"the reply is not JSON: {quote(text)}") from exc
+    problem = error_message(data)
+    if problem is not None:
+        raise ModelProviderError(f"the server reported an error: {quote(problem)}")
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ModelProviderError(f"the reply has no choices: {quote(text)}")
+    choice = choices[0]
+    message = choice.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, str):
+        raise ModelProviderError(
+            f"the reply has no text content (finish_reason {choice.get('finish_reason')!r})"
+        )
+    tokens_in, tokens_out = _usage(data)
+    return Reply(content, tokens_in, tokens_out, str(choice.get("finish_reason") or "stop"))
+
+
+def parse_stream(
+    lines: Iterable[str], on_piece: Callable[[str], None], quote: Callable[[str], str] = _excerpt
+) -> Reply:
+    """A streamed reply: `data:` events until `[DONE]`, each text delta passed to on_piece."""
+    parts: list[str] = []
+    tokens_in = tokens_out = None
+    finish: str | None = None
+    done = False
+    for line in lines:
+        if not line.startswith("data:"):
+            continue  # blank separators, `: keep-alive` comments, `event:` and `id:` fields
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            done = True
+            break
+        try:
+            event = json.loads(payload)
+        except ValueError as exc:
+            raise ModelProviderError(f"malformed stream event: {quote(payload)}") from exc
+        problem = error_message(event)
+        if problem is not None:
+            raise ModelProviderError(f"the server reported an error mid-stream: {quote(problem)}")
+        if not isinstance(event, dict):
+            raise ModelProviderError(f"malformed stream event: {quote(payload)}")
+        got_in, got_out = _usage(event)
+        tokens_in = got_in if got_in is not None else tokens_in
+        tokens_out = got_out if got_out is not None else tokens_out
+        for choice in event.get("choices") or []:
+            if not isinstance(choice, dict):
+                raise ModelProviderError(f"malformed stream choice: {quote(payload)}")
+            delta = choice.get("delta")
+            piece = delta.get("content") if isinstance(delta, dict) else None
+            if isinstance(piece, str) and piece:
+                parts.append(piece)
+                on_piece(piece)
+            finish = choice.get("finish_reason") or finish
+    if not done and finish is None:
+        # The connection ended mid-reply: worth a retry if nothing was passed on yet.
+        raise ModelProviderError("the stream ended before [DONE]", retryable=True)
+    return Reply("".join(parts), tokens_in, tokens_out, str(finish or "stop"))
