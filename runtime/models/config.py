@@ -70,11 +70,11 @@ def check_base_url(url: str, where: str) -> str:
         parts = urlsplit(url)
     except ValueError as exc:
         raise _invalid(where, f"base_url {url!r} is not a URL") from exc
+    if parts.username is not None or parts.password is not None:
+        # Checked first and not echoed: the URL holds a credential.
+        raise _invalid(where, "base_url must not hold credentials; use api_key_env")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise _invalid(where, f"base_url {url!r} must be an http:// or https:// URL")
-    if parts.username is not None or parts.password is not None:
-        # Do not echo the URL: it holds a credential.
-        raise _invalid(where, "base_url must not hold credentials; use api_key_env")
     return url
 
 
@@ -228,7 +228,8 @@ def config_from_spec(
             spec,
             "openai",
             model=model,
-            base_url=check_base_url(base, where),
+            # Named without the URL: a refused URL may hold a credential.
+            base_url=check_base_url(base, f"model spec 'openai:{model}@...'"),
             context_window=_adhoc_window(where),
         )
     if colon or not spec.strip() or spec != spec.strip():

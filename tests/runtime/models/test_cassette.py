@@ -1,0 +1,146 @@
+"""Cassettes: record through a real server, replay identically, fail with named steps and lines."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from runtime.errors import ModelError
+from runtime.models import ModelRequest, resolve_provider
+
+KEY = "sk-never-recorded-42"
+
+
+def ask(provider, step, text, **kw):
+    return provider.complete(ModelRequest([{"role": "user", "content": text}], step_id=step, **kw))
+
+
+def test_record_then_replay_gives_identical_responses(tmp_path, chat_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    cassette = tmp_path / "sub" / "c.jsonl"
+    chat_server.script = [
+        {"reply": "one"},
+        {"chunks": ["t", "wo"]},
+        {"reply": "three\u2028line", "usage": None},
+    ]
+    rec = resolve_provider(
+        None, settings={}, cli_spec=f"openai:m@{chat_server.url}", record_path=str(cassette)
+    )
+    try:
+        live = [ask(rec, "x", "a", temperature=0.2)]
+        assert len(cassette.read_text().splitlines()) == 1  # flushed per call
+        live.append(
+            rec.complete(
+                ModelRequest([{"role": "user", "content": "b"}], step_id="y"),
+                on_chunk=lambda s: None,
+            )
+        )
+        live.append(ask(rec, "x", "c"))
+    finally:
+        rec.close()
+    assert chat_server.requests[0]["headers"]["Authorization"] == f"Bearer {KEY}"
+    text = cassette.read_text(encoding="utf-8")
+    assert KEY not in text and "Authorization" not in text
+    lines = [json.loads(line) for line in text.split("\n") if line]
+    assert [line["step_id"] for line in lines] == ["x", "y", "x"]
+    assert lines[0]["request"] == {
+        "messages": [{"role": "user", "content": "a"}],
+        "model": "",
+        "max_output_tokens": 512,
+        "temperature": 0.2,
+        "top_p": None,
+        "json_mode": False,
+        "json_schema": None,
+    }
+    replay = resolve_provider(None, settings={}, cli_spec=f"replay:{cassette}")
+    seen: list[str] = []
+    again = [
+        ask(replay, "x", "ignored"),
+        replay.complete(ModelRequest([], step_id="y"), on_chunk=seen.append),
+        ask(replay, "x", "ignored"),
+    ]
+    key = lambda r: (r.text, r.tokens_in, r.tokens_out, r.model, r.finish_reason)  # noqa: E731
+    assert [key(r) for r in again] == [key(r) for r in live]
+    assert [r.text for r in again] == ["one", "two", "three\u2028line"] and seen == ["two"]
+    assert {r.provider for r in again} == {"replay"}
+
+
+def test_replay_exhaustion_names_the_step(tmp_path):
+    cassette = tmp_path / "c.jsonl"
+    cassette.write_text('{"step_id": "route", "response": "r"}\n')
+    replay = resolve_provider(None, settings={}, cli_spec=f"replay:{cassette}")
+    assert ask(replay, "route", "q").text == "r"
+    for step in ("route", "answer"):
+        with pytest.raises(ModelError) as info:
+            ask(replay, step, "q")
+        assert info.value.code == "CASSETTE_EXHAUSTED" and repr(step) in info.value.message
+        assert info.value.step_id == step
+
+
+@pytest.mark.parametrize(
+    "content,line,words",
+    [
+        (b'{"step_id": "a", "response": "x"}\nnot json\n', 2, "not JSON"),
+        (b'\n\n["a", "x"]\n', 3, "not a JSON object"),
+        (b'{"step_id": "a"}\n', 1, "`response`"),
+        (b'{"step_id": 1, "response": "x"}\n', 1, "`step_id`"),
+        (b'{"step_id": "a", "response": "x", "tokens_in": -1}\n', 1, "tokens_in"),
+        (b'{"step_id": "a", "response": "x"}\n{"step_id": "b", "response": "\xff"}\n', 2, "UTF-8"),
+    ],
+)
+def test_malformed_cassette_names_the_line(tmp_path, content, line, words):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(content)
+    with pytest.raises(ModelError) as info:
+        resolve_provider(None, settings={}, cli_spec=f"replay:{bad}")
+    assert info.value.code == "CASSETTE_INVALID"
+    assert f"line {line}:" in info.value.message and words in info.value.message
+
+
+def test_missing_cassette_is_invalid(tmp_path):
+    with pytest.raises(ModelError) as info:
+        resolve_provider(None, settings={}, cli_spec=f"replay:{tmp_path / 'none.jsonl'}")
+    assert info.value.code == "CASSETTE_INVALID" and "does not exist" in info.value.message
+
+
+def test_replay_is_thread_safe(tmp_path):
+    cassette = tmp_path / "c.jsonl"
+    cassette.write_text(
+        "".join(json.dumps({"step_id": "s", "response": str(n)}) + "\n" for n in range(400))
+    )
+    replay = resolve_provider(None, settings={}, cli_spec=f"replay:{cassette}")
+    got: list[str] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(50):
+            text = ask(replay, "s", "q").text
+            with lock:
+                got.append(text)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got, key=int) == [str(n) for n in range(400)]
+    assert replay.remaining("s") == 0
+
+
+def test_recording_wraps_the_offline_responder_too(tmp_path):
+    cassette = tmp_path / "c.jsonl"
+    rec = resolve_provider(None, settings={}, record_path=str(cassette))
+    live = ask(rec, "a", "Question: what?")
+    entry = json.loads(cassette.read_text())
+    assert entry["step_id"] == "a" and entry["response"] == live.text
+    assert entry["tokens_out"] == live.tokens_out and entry["model"] == "extractive"
+
+
+def test_a_settings_cassette_resolves_against_the_pipeline_folder(tmp_path):
+    (tmp_path / "tapes").mkdir()
+    (tmp_path / "tapes" / "a.jsonl").write_text('{"step_id": "s", "response": "taped"}\n')
+    settings = {"models": {"tape": {"provider": "replay", "cassette": "tapes/a.jsonl"}}}
+    replay = resolve_provider("tape", settings=settings, base_dir=str(tmp_path))
+    assert ask(replay, "s", "q").text == "taped"
