@@ -131,7 +131,7 @@ def config_from_settings(name: str, raw: Any, *, base_dir: str | None = None) ->
     else:
         values["model"] = provider
     if provider == "openai":
-        url = raw.get("base_url") or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+        url = raw["base_url"] if "base_url" in raw else _default_base_url()
         values["base_url"] = check_base_url(_text(url, "base_url", where), where)
     elif "base_url" in raw:
         raise _invalid(where, f"base_url applies to openai models, not {provider}")
@@ -166,6 +166,10 @@ def config_from_settings(name: str, raw: Any, *, base_dir: str | None = None) ->
     elif "cassette" in raw:
         raise _invalid(where, f"cassette applies to replay models, not {provider}")
     return ModelConfig(name=name, provider=provider, **values)
+
+
+def _default_base_url() -> str:
+    return os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
 
 
 def _adhoc_window(where: str) -> int:
@@ -223,7 +227,7 @@ def config_from_spec(
         model, at, url = rest.partition("@")
         if not model.strip() or (at and not url):
             raise _invalid(where, "use openai:MODEL or openai:MODEL@BASE_URL")
-        base = url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+        base = url or _default_base_url()
         return ModelConfig(
             spec,
             "openai",

@@ -111,8 +111,9 @@ class OpenAIProvider:
                 if not retryable:
                     raise
                 if attempt >= self.config.max_retries:
+                    tries = f"{attempt + 1} attempt{'s' if attempt else ''}"
                     raise type(exc)(
-                        f"{exc.message} (gave up after {attempt + 1} attempts)", code=exc.code
+                        f"{exc.message} (gave up after {tries})", code=exc.code
                     ) from exc
                 self.sleep(self.delay(attempt, exc.details.get("retry_after")))
                 attempt += 1
@@ -156,7 +157,6 @@ class OpenAIProvider:
                     self.config.timeout_seconds, connect=self.config.connect_timeout_seconds
                 )
                 self._client = httpx.Client(timeout=timeout)
-            self.attempts += 1
             return self._client
 
     def _key(self) -> str:
@@ -181,6 +181,8 @@ class OpenAIProvider:
 
         body = wire.request_body(request, request.model or self.config.model, stream)
         where = f"{self.config.name} ({self.url})"
+        with self._lock:
+            self.attempts += 1
         try:
             with self._http().stream("POST", self.url, headers=self._headers(), json=body) as resp:
                 if resp.status_code >= 400:

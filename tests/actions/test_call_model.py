@@ -199,3 +199,38 @@ def test_json_replies_are_not_streamed(prompts, chat_server):
     assert r.state["last_model_response"] == '{"decision": "answer"}' and seen == []
     body = chat_server.requests[0]["body"]
     assert body["stream"] is False and body["response_format"] == {"type": "json_object"}
+
+
+def test_the_api_key_reaches_only_the_authorization_header(prompts, chat_server, monkeypatch):
+    import json
+
+    from runtime.store import SqliteRunStore
+
+    key = "sk-live-never-stored-9"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    chat_server.script = [{"reply": "fine"}, {"status": 401}]
+    db, cassette = prompts / "runs.db", prompts / "c.jsonl"
+    store = SqliteRunStore(str(db))
+    data = {
+        "settings": {"entry_step_id": "m"},
+        "steps": [
+            {"id": "m", "action": "call_model", "prompt_key": "sys", "next": "f"},
+            {"id": "f", "action": "finalize", "source": "last_model_response"},
+        ],
+    }
+    p = Pipeline.from_dict(data, file=str(prompts / "p.yaml"))
+    services = Services(
+        settings=p.settings,
+        model_spec=f"openai:m@{chat_server.url}",
+        record_path=str(cassette),
+        base_dir=str(prompts),
+    )
+    engine = Engine(p, services=services, store=store)
+    ok, refused = engine.run({}, run_id="ok"), engine.run({}, run_id="refused")
+    store.close()
+    assert ok.status == "completed" and refused.error.code == "MODEL_AUTH_ERROR"
+    assert chat_server.requests[0]["headers"]["Authorization"] == f"Bearer {key}"
+    seen = json.dumps([ok.to_dict(), ok.events, refused.to_dict(), refused.events], default=str)
+    assert key not in seen and key not in str(refused.error)
+    assert key not in cassette.read_text()
+    assert all(key.encode() not in f.read_bytes() for f in prompts.glob("runs.db*"))

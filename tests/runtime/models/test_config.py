@@ -139,6 +139,7 @@ def test_unknown_names_suggest_the_nearest():
         ({"provider": "openai", "model": "m", "timeout_seconds": 0}, "timeout_seconds"),
         ({"provider": "openai", "model": "m", "api_key_env": "not a name"}, "api_key_env"),
         ({"provider": "openai", "model": "m", "base_url": "localhost:8080"}, "http://"),
+        ({"provider": "openai", "model": "m", "base_url": ""}, "base_url"),
         ({"provider": "openai", "model": "m", "headers": {"X": 1}}, "headers"),
         (
             {"provider": "openai", "model": "m", "headers": {"Authorization": "Bearer sk-1"}},
