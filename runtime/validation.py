@@ -325,6 +325,11 @@ def check_pipeline(
         return out
     for f in checks.run_all(plain_steps, settings, registry):
         out.append(pos.diag(f.code, f.message, f.path, hint=f.hint, severity=f.severity, key=f.key))
+    from runtime.models import check_settings
+
+    base = str(prompts.base_dir) if prompts is not None else None
+    for exc in check_settings(settings, base_dir=base):
+        out.append(pos.diag(exc.code, exc.message, _model_path(exc, settings), hint=exc.hint))
     if prompts is not None:
         for i, step in enumerate(plain_steps):
             key = step.get("prompt_key")
@@ -338,6 +343,20 @@ def check_pipeline(
                     )
                 )
     return out
+
+
+def _model_path(exc: Any, settings: Mapping[str, Any]) -> PathT:
+    """Where a settings.models / default_model problem belongs."""
+    import re
+
+    m = re.match(r"settings\.models\.([^:]+):", exc.message)
+    if m and m.group(1) in mapping(settings.get("models")):
+        return ("settings", "models", m.group(1))
+    if "default_model" in settings and (
+        exc.code == "MODEL_UNKNOWN" or "default_model" in exc.message
+    ):
+        return ("settings", "default_model")
+    return ("settings", "models") if "models" in settings else ("settings",)
 
 
 def _validate_doc(

@@ -149,7 +149,9 @@ class ChatServer:
         self.script: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.thread = _threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = _threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
 
     @property
     def url(self) -> str:
