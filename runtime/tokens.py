@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -53,6 +54,9 @@ _PATTERNS = {
     ),
 }
 ENCODINGS = tuple(SHA256)
+# A point after a newline and before a character that is neither space nor "/":
+# no pre-tokeniser piece of cl100k_base or o200k_base crosses it.
+_SAFE_CUT = re.compile(r"\n(?=[^\s/])")
 _CACHE_SIZE = 20_000
 
 
@@ -113,6 +117,7 @@ class TokenCounter:
         self.encoding = encoding
         self.encoding_name: str = encoding.name
         self._cache: OrderedDict[str, int] = OrderedDict()
+        self._split: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def count(self, text: str) -> int:
@@ -133,19 +138,48 @@ class TokenCounter:
                 self._cache.popitem(last=False)
         return n
 
-    def count_joined(self, blocks: Sequence[str], sep: str = "\n\n") -> int:
-        """Exact count of sep.join(blocks), re-encoding no block already counted.
+    def _parts(self, block: str) -> tuple[int, int, int]:
+        """(first cut, last cut, tokens between them) of a block, remembered by content."""
+        with self._lock:
+            hit = self._split.get(block)
+            if hit is not None:
+                return hit
+        first = _SAFE_CUT.search(block)
+        if first is None:
+            parts = (len(block), len(block), 0)
+        else:
+            last = first.end()
+            for m in _SAFE_CUT.finditer(block, last):
+                last = m.end()
+            parts = (first.end(), last, self.count(block[first.end() : last]))
+        with self._lock:
+            self._split[block] = parts
+            if len(self._split) > _CACHE_SIZE:
+                self._split.popitem(last=False)
+        return parts
 
-        BPE pieces never cross a point that follows a newline and precedes a
-        non-space character, so there `block + sep` counts add up exactly; at
-        any other joint the whole text is counted (exact, just not cached).
+    def count_joined(self, blocks: Sequence[str], sep: str = "\n\n") -> int:
+        """Exact count of sep.join(blocks), re-encoding no block middle already counted.
+
+        No BPE piece of either encoding spans a newline followed by a character
+        that is neither whitespace nor "/" (o200k lets "/" follow newlines inside
+        a piece), and the pre-tokeniser has no look-behind, so counts add up
+        exactly at such cuts. Each block is counted once between its first and
+        last cut; only the joints (last line + sep + first line) are encoded again.
         """
-        if not blocks:
-            return 0
-        clean = sep.endswith("\n") and all(b and not b[0].isspace() for b in blocks[1:])
-        if not clean:
-            return self.count(sep.join(blocks))
-        return sum(self.count_cached(b + sep) for b in blocks[:-1]) + self.count_cached(blocks[-1])
+        total = 0
+        joint: list[str] = []
+        for i, block in enumerate(blocks):
+            if i:
+                joint.append(sep)
+            head, tail, middle = self._parts(block)
+            if head == len(block):  # no cut inside: the whole block is joint
+                joint.append(block)
+                continue
+            joint.append(block[:head])
+            total += self.count_cached("".join(joint)) + middle
+            joint = [block[tail:]]
+        return total + (self.count_cached("".join(joint)) if joint else 0)
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest token-boundary prefix of text with at most max_tokens tokens."""

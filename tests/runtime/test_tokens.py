@@ -56,6 +56,71 @@ def test_count_joined_is_exact(name):
             assert counter.count_joined(blocks, sep) == counter.count(sep.join(blocks))
 
 
+TRICKY = [
+    "\n",
+    "\n\n",
+    "\r\n",
+    " ",
+    "  ",
+    "\t",
+    "/",
+    "//",
+    "}",
+    ";",
+    "a",
+    "Word",
+    "x1",
+    "123456",
+    "'s",
+    "'ll",
+    "é",
+    "日本",
+    "🧠",
+    "<|endoftext|>",
+    "--",
+    "/*",
+    "*/",
+    "\n/",
+    "\n ",
+    "GO\n",
+    "SELECT ",
+    "'",
+    '"',
+    "\u00a0",
+    "\x0b",
+    "\x85",
+    "\u2028",
+    "Ab",
+]
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_count_joined_is_exact_at_awkward_joints(name):
+    import tiktoken
+
+    counter = get_counter(name)
+    ref = tiktoken.Encoding(
+        name=f"ref-{name}",
+        pat_str=counter.encoding._pat_str,
+        mergeable_ranks=counter.encoding._mergeable_ranks,
+        special_tokens={},
+    )
+    rng = random.Random(11)
+    for _ in range(3000):
+        n = rng.randint(0, 5)
+        blocks = ["".join(rng.choice(TRICKY) for _ in range(rng.randint(0, 12))) for _ in range(n)]
+        sep = rng.choice(["\n\n", "\n", " | ", "", "\n---\n", "/", " \n"])
+        assert counter.count_joined(blocks, sep) == len(ref.encode_ordinary(sep.join(blocks)))
+
+
+def test_o200k_slash_after_newline_is_not_a_cut():
+    counter = get_counter("o200k_base")
+    for sep in ("\n", "\n\n"):
+        assert counter.count_joined(["}", "// note"], sep) == counter.count(
+            sep.join(["}", "// note"])
+        )
+
+
 def test_count_joined_reuses_block_counts():
     counter = get_counter()
     blocks = [f"--- NODE ---\nid: unique-{i}-{random.random()}\ntext:\nbody}};" for i in range(5)]
