@@ -34,37 +34,12 @@ SQL_SINKS = re.compile(
     r"Execute(?:Scalar|Reader)?(?:Async)?|FromSqlRaw|FromSqlInterpolated|FromSql|"
     r"ExecuteSqlRaw(?:Async)?|ExecuteSqlInterpolated(?:Async)?|ExecuteSql(?:Async)?|SqlQuery\w*|Sql)\b"
 )
-_BUILTIN_TYPES = {
-    "Task",
-    "List",
-    "IEnumerable",
-    "IList",
-    "Dictionary",
-    "IReadOnlyList",
-    "string",
-    "int",
-    "long",
-    "bool",
-    "var",
-    "object",
-    "decimal",
-    "DateTime",
-    "Guid",
-    "CancellationToken",
-    "ILogger",
-    "IActionResult",
-    "ActionResult",
-    "Func",
-    "Action",
-    "ValueTask",
-    "void",
-    "IDbConnection",
-    "SqlConnection",
-    "DbContext",
-    "DbSet",
-    "Nullable",
-    "Exception",
-}
+_BUILTIN_TEXT = (
+    "Task List IEnumerable IList Dictionary IReadOnlyList string int long bool var object "
+    "decimal DateTime Guid CancellationToken ILogger IActionResult ActionResult Func "
+    "Action ValueTask void IDbConnection SqlConnection DbContext DbSet Nullable Exception"
+)
+_BUILTIN_TYPES = set(_BUILTIN_TEXT.split())
 
 _parser: Any = None
 
@@ -185,6 +160,7 @@ class _Walker:
         self.symbols: list[Symbol] = []
         self.deps: list[Dependency] = []
         self.usings: list[str] = []
+        self.sql_fields: dict[str, str] = {}  # field name -> SQL string it is initialised with
 
     def walk(self, node: Any, namespace: str, parent: str | None) -> None:
         for child in node.named_children:
@@ -244,7 +220,15 @@ class _Walker:
             elif child.type == "parameter_list" and kind == "record":
                 self.params(child, qn, inject=False)
         body = node.child_by_field_name("body")
-        for member in body.named_children if body is not None else []:
+        members = body.named_children if body is not None else []
+        for member in members:  # first: fields holding SQL, used by any member
+            if member.type == "field_declaration":
+                for decl in member.named_children[-1].named_children[1:]:
+                    value = decl.named_children[-1] if decl.named_children else None
+                    text = value is not None and (_string_value(value) or _concatenation(value))
+                    if text and tsql.sql_evidence(text):
+                        self.sql_fields[_txt(decl.child_by_field_name("name"))] = text
+        for member in members:
             if member.type in _TYPES:
                 self.type_decl(member, _TYPES[member.type], namespace, qn)
             elif member.type in _MEMBERS:
@@ -255,7 +239,7 @@ class _Walker:
                     if member.named_children
                     else []
                 ):
-                    if t not in _BUILTIN_TYPES:
+                    if t not in _BUILTIN_TYPES and t != name:
                         self.deps.append(Dependency(qn, t, "References", member.start_point[0] + 1))
 
     def params(self, plist: Any, qn: str, inject: bool) -> None:
@@ -305,7 +289,7 @@ class _Walker:
                     else _txt(fn)
                 )
                 callee = re.sub(r"<.*", "", callee)
-                if callee:
+                if callee and callee != "nameof":
                     self.deps.append(Dependency(qn, callee, "Calls", line))
                 if SQL_SINKS.search(_txt(fn)):
                     sink_seen = True
@@ -335,6 +319,8 @@ class _Walker:
             value = _string_value(n) or _concatenation(n)
             if value and n.type == "binary_expression":
                 stack = [c for c in stack if not _inside(c, n)]
+            if not value and n.type == "identifier" and _txt(n) in self.sql_fields:
+                value = self.sql_fields[_txt(n)]
             if value and tsql.sql_evidence(value):
                 refs = tsql.references(value)
                 for name, edge in [(r, "UsesSql") for r in refs.reads + refs.writes] + [

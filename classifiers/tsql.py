@@ -39,37 +39,12 @@ _ALIAS_TARGET = re.compile(
     rf"(?:AS\s+)?(?P=alias)\b",
     re.I | re.S,
 )
-_KEYWORDS = {
-    "select",
-    "where",
-    "set",
-    "values",
-    "output",
-    "inserted",
-    "deleted",
-    "openjson",
-    "string_split",
-    "as",
-    "on",
-    "with",
-    "top",
-    "into",
-    "dbo",
-    "sys",
-    "information_schema",
-    "exists",
-    "not",
-    "case",
-    "when",
-    "then",
-    "else",
-    "end",
-    "lateral",
-    "(",
-    "table",
-    "openrowset",
-    "sp_executesql",
-}
+_KEYWORDS_TEXT = (
+    "select where set values output inserted deleted openjson string_split as on with top "
+    "into dbo sys information_schema exists not case when then else end lateral ( table "
+    "openrowset sp_executesql"
+)
+_KEYWORDS = set(_KEYWORDS_TEXT.split())
 _DML = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|MERGE|TRUNCATE)\b", re.I)
 _SQL_EVIDENCE = re.compile(
     r"\b(CREATE\s+(OR\s+ALTER\s+)?(PROC(EDURE)?|TABLE|VIEW|FUNCTION|TRIGGER|(UNIQUE\s+)?"
@@ -201,29 +176,11 @@ class SqlRefs:
     try_catch: bool = False
 
 
-_NOT_CALL_CONTEXT = {
-    "INTO",
-    "UPDATE",
-    "FROM",
-    "JOIN",
-    "TABLE",
-    "REFERENCES",
-    "EXEC",
-    "EXECUTE",
-    "MERGE",
-    "ON",
-    "APPLY",
-    "PROCEDURE",
-    "PROC",
-    "VIEW",
-    "FUNCTION",
-    "TRIGGER",
-    "TYPE",
-    "INDEX",
-    "KEY",
-    "DELETE",
-    "INSERT",
-}
+_NOT_CALL_CONTEXT_TEXT = (
+    "INTO UPDATE FROM JOIN TABLE REFERENCES EXEC EXECUTE MERGE ON APPLY PROCEDURE PROC "
+    "VIEW FUNCTION TRIGGER TYPE INDEX KEY DELETE INSERT"
+)
+_NOT_CALL_CONTEXT = set(_NOT_CALL_CONTEXT_TEXT.split())
 
 
 def _word_before(text: str, offset: int) -> str:
@@ -279,6 +236,11 @@ _FK_CONSTRAINT = re.compile(
 _NOT_COLUMNS = {"constraint", "primary", "foreign", "unique", "check", "index", "period"}
 
 
+def _col(spec: str) -> str:
+    """`[Id] ASC` -> `Id`."""
+    return spec.split()[0].strip('[]"')
+
+
 def table_columns(body: str) -> dict[str, object]:
     """Columns (name, type, nullable, pk), primary key and foreign keys of a CREATE TABLE."""
     clean = blank(body)
@@ -303,11 +265,11 @@ def table_columns(body: str) -> dict[str, object]:
             fks.append({"columns": [name], "references": normalize(ref.group("name"))})
         columns.append(col)
     for m in _PK_CONSTRAINT.finditer(inner):
-        pk += [c.strip().strip("[]").split()[0] for c in m.group("cols").split(",") if c.strip()]
+        pk += [_col(c) for c in m.group("cols").split(",") if c.strip()]
     for m in _FK_CONSTRAINT.finditer(inner):
         fks.append(
             {
-                "columns": [c.strip().strip("[]") for c in m.group("cols").split(",")],
+                "columns": [_col(c) for c in m.group("cols").split(",") if c.strip()],
                 "references": normalize(m.group("ref")),
             }
         )
@@ -315,19 +277,46 @@ def table_columns(body: str) -> dict[str, object]:
     return {"columns": columns, "primary_key": list(dict.fromkeys(pk)), "foreign_keys": unique_fks}
 
 
-_KIND = {
-    "proc": "procedure",
-    "procedure": "procedure",
-    "function": "function",
-    "view": "view",
-    "table": "table",
-    "trigger": "trigger",
-    "sequence": "sequence",
-    "type": "type",
-}
+_OBJECTS = ("procedure", "function", "view", "table", "trigger", "sequence", "type")
+_KIND = {"proc": "procedure"} | {k: k for k in _OBJECTS}
 _PARAMS = re.compile(
-    r"(@\w+)\s+([A-Za-z_]\w*(?:\s*\([^)]*\))?)(\s*=\s*[^,\n]+)?(\s+OUT(?:PUT)?)?", re.I
+    r"(@\w+)\s+(?:AS\s+)?([A-Za-z_]\w*(?:\s*\([^)]*\))?)(\s*=\s*(?:N?'[^']*'|[^,\s]+))?"
+    r"(\s+OUT(?:PUT)?\b)?",
+    re.I,
 )
+
+
+_ROUTINES = ("procedure", "function", "view", "trigger")
+_AS = re.compile(r"\bAS\b", re.I)
+
+
+def _header_end(body: str) -> int:
+    """Offset of the AS that starts a routine's body (`@p AS INT` is a parameter)."""
+    clean = blank(body)
+    for m in _AS.finditer(clean):
+        if not _word_before(clean, m.start()).startswith("@"):
+            return m.start()
+    return 0
+
+
+def _stmt_len(clean: str, at: int) -> int:
+    nxt = _CREATE.search(clean, at)
+    return (nxt.start() if nxt else len(clean)) - at
+
+
+def _alter_table(
+    qn: str, clause: str, line: int, symbols: list[Symbol], deps: list[Dependency]
+) -> None:
+    """ALTER TABLE ... ADD ... FOREIGN KEY: an FK of the table, not a new object."""
+    for m in _FK_CONSTRAINT.finditer(clause):
+        fk = {
+            "columns": [_col(c) for c in m.group("cols").split(",")],
+            "references": normalize(m.group("ref")),
+        }
+        deps.append(Dependency(qn, fk["references"], "FK", line))
+        for sym in symbols:
+            if sym.qualified_name == qn and sym.kind == "table":
+                sym.metadata.setdefault("foreign_keys", []).append(fk)
 
 
 def extract(text: str) -> tuple[list[Symbol], list[Dependency]]:
@@ -343,6 +332,10 @@ def extract(text: str) -> tuple[list[Symbol], list[Dependency]]:
             if not is_object_name(m.group("name")):
                 continue  # CREATE TABLE #temp
             qn = normalize(m.group("name"))
+            if kind == "table" and m.group(0).upper().startswith("ALTER"):
+                clause = clean[m.end() : m.end() + _stmt_len(clean, m.end())]
+                _alter_table(qn, clause, _line(text, start + m.start()), symbols, deps)
+                continue
             # An object's text runs to the next definition in this batch (usually the batch end).
             nxt = _CREATE.search(clean, m.end())
             end = (
@@ -352,14 +345,7 @@ def extract(text: str) -> tuple[list[Symbol], list[Dependency]]:
             )
             body = batch[m.start() : end].rstrip()
             line = _line(text, start + m.start())
-            header = body[
-                : (
-                    blank(body).upper().find(" AS")
-                    if kind in ("procedure", "function", "view", "trigger")
-                    else 0
-                )
-                or 0
-            ]
+            header = body[: _header_end(body)] if kind in _ROUTINES else ""
             sym = Symbol(
                 kind=kind,
                 name=qn.split(".")[-1],
