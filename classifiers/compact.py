@@ -7,6 +7,7 @@ Deterministic: same text, same budget, same output.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from classifiers import csharp, tsql
@@ -80,7 +81,19 @@ def _rank(sym: Symbol) -> int:
     base = min(ranks) if ranks else 2  # no modifier: private by default for members
     if sym.kind in ("class", "record", "struct", "interface", "enum", "namespace"):
         return -1
-    return base
+    return 0 if sym.metadata.get("in_interface") else base
+
+
+def _bodiless(text: str) -> bool:
+    """Interface and abstract members: a signature ending in `;` with no body."""
+    return text.rstrip().endswith(";") and "{" not in text and "=>" not in text
+
+
+def _enum_members(text: str) -> list[str]:
+    """Enum member names (values and attributes dropped)."""
+    inner = text[text.find("{") + 1 : text.rfind("}")]
+    inner = re.sub(r"//[^\n]*|/\*.*?\*/|\[[^\]]*\]", "", inner, flags=re.S)
+    return [m.split("=")[0].strip() for m in inner.split(",") if m.strip()]
 
 
 def _skeleton_lines(symbols: list[Symbol], keep: set[str], usings: int) -> list[str]:
@@ -104,13 +117,19 @@ def _skeleton_lines(symbols: list[Symbol], keep: set[str], usings: int) -> list[
         if sym.kind in ("class", "record", "struct", "interface", "enum"):
             if sig.endswith(";"):
                 lines.append(indent + sig)
+            elif sym.kind == "enum":
+                lines.append(f"{indent}{sig} {{ {', '.join(_enum_members(sym.text))} }}")
             else:
                 lines.append(f"{indent}{sig} {{")
                 open_types.append(sym.qualified_name)
+                if sym.metadata.get("fields"):
+                    lines.append(f"{indent}    // {sym.metadata['fields']} field(s) elided")
         elif sym.kind == "property":
             tail = sym.text.rsplit("}", 1)[-1] if "{" in sym.text else ""
             note = "  // initializer elided" if "=" in tail else ""
             lines.append(indent + sig + ("" if sig.endswith((";", "}")) else ";") + note)
+        elif _bodiless(sym.text):
+            lines.append(indent + sig + ("" if sig.endswith(";") else ";"))
         else:
             body = sym.end_line - sym.start_line + 1
             lines.append(f"{indent}{sig} {{ /* body elided: {body} line(s) */ }}")
@@ -133,19 +152,33 @@ def compact_dotnet(text: str, budget_tokens: int | None = None, counter: Any = N
             s.qualified_name = s.qualified_name.removeprefix("__Snippet__.")
         if not symbols:
             return text
+    interfaces = {s.qualified_name for s in symbols if s.kind == "interface"}
+    for s in symbols:
+        if s.parent in interfaces:
+            s.metadata["in_interface"] = True  # interface members are public
     keep = {s.qualified_name for s in symbols}
     out = _skeleton_lines(symbols, keep, len(usings))
     if budget_tokens is not None:
         counter = _counter(counter)
-        # Drop members from the least important up (private before public, later before earlier).
+        # Drop the least important first: private before public, constructors, later members.
+        dropped: list[str] = []
         order = sorted(
-            (s for s in symbols if _rank(s) >= 0), key=lambda s: (-_rank(s), -s.start_line)
+            (s for s in symbols if _rank(s) >= 0),
+            key=lambda s: (-_rank(s), s.kind != "constructor", -s.start_line),
         )
         for sym in order:
             if counter.count("\n".join(out)) <= budget_tokens:
                 break
             keep.discard(sym.qualified_name)
+            dropped.append(sym.qualified_name)
             out = _skeleton_lines(symbols, keep, len(usings))
+        for qn in reversed(dropped[:-1]):  # refill: a smaller, more important member may fit
+            keep.add(qn)
+            trial = _skeleton_lines(symbols, keep, len(usings))
+            if counter.count("\n".join(trial)) <= budget_tokens:
+                out = trial
+            else:
+                keep.discard(qn)
     return "\n".join(out)
 
 

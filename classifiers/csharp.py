@@ -101,7 +101,7 @@ def _signature(node: Any) -> str:
     start = node.start_byte
     end = body.start_byte if body is not None else node.end_byte
     raw = node.text[: end - start].decode("utf-8", errors="replace")
-    sig = " ".join(raw.split()).rstrip("{ =>")
+    sig = re.sub(r"\(\s+", "(", " ".join(raw.split()).rstrip("{ =>"))
     if node.type == "property_declaration" and body is not None and body.type == "accessor_list":
         sig += " " + " ".join(_txt(body).split())
     return sig
@@ -234,6 +234,7 @@ class _Walker:
             elif member.type in _MEMBERS:
                 self.member(member, _MEMBERS[member.type], qn)
             elif member.type == "field_declaration":
+                sym.metadata["fields"] = sym.metadata.get("fields", 0) + 1
                 for t in (
                     _type_names(member.named_children[-1].named_children[0])
                     if member.named_children

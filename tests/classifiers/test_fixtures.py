@@ -176,3 +176,21 @@ def test_compact_is_shorter_and_states_elisions(rel):
     assert counter.count(out) <= counter.count(text)
     assert out == text or "elided" in out
     assert classifiers.compact(text, lang, counter=counter) == out
+
+
+def test_csharp_skeleton_keeps_interface_enum_and_states_fields():
+    out = classifiers.compact(_read("src/FundsTransferService.cs"), "dotnet")
+    assert "public enum TransferStatus { Pending, Booked, Rejected }" in out
+    assert "CancellationToken ct = default);\n}" in out  # interface member: no body marker
+    assert "// 3 field(s) elided" in out
+    assert "{ /* body elided: 14 line(s) */ }" in out
+
+
+def test_csharp_budget_keeps_public_methods_first():
+    from runtime.tokens import get_counter
+
+    counter = get_counter()
+    out = classifiers.compact(_read("src/FundsTransferService.cs"), "dotnet", 200, counter)
+    assert counter.count(out) <= 200
+    assert "TransferAsync(int fromId" in out and "IsSameCurrency" not in out
+    assert "member(s) elided to fit the budget" in out
