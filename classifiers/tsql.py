@@ -309,11 +309,9 @@ def _alter_table(
 ) -> None:
     """ALTER TABLE ... ADD ... FOREIGN KEY: an FK of the table, not a new object."""
     for m in _FK_CONSTRAINT.finditer(clause):
-        fk = {
-            "columns": [_col(c) for c in m.group("cols").split(",")],
-            "references": normalize(m.group("ref")),
-        }
-        deps.append(Dependency(qn, fk["references"], "FK", line))
+        ref = normalize(m.group("ref"))
+        fk = {"columns": [_col(c) for c in m.group("cols").split(",")], "references": ref}
+        deps.append(Dependency(qn, ref, "FK", line))
         for sym in symbols:
             if sym.qualified_name == qn and sym.kind == "table":
                 sym.metadata.setdefault("foreign_keys", []).append(fk)
