@@ -463,7 +463,7 @@ def test_demand_compaction_loop_requeues_unspent_demand(sample_index):
     over = run(
         sample_index,
         steps,
-        {"req": req, "node_texts": [node("p", SQL, "sql")], "context_blocks": ["y " * 420]},
+        {"req": req, "node_texts": [node("p", SQL, "sql")], "context_blocks": ["y " * 580]},
         max_context_tokens=600,
     )
     assert over.steps[-1] == "over"
