@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -50,20 +52,12 @@ def index(
     store = open_store(index_path, create=True)
     rules = load_labels(labels_file)
     emb = make_embedder(embedder) if embedder else None
-    if sys.stderr.isatty() and not as_json:
+    status: Any = None
+    if sys.stderr.isatty() and not as_json:  # a progress line on a terminal, never on a pipe
         from rich.console import Console
 
-        with Console(stderr=True).status("indexing") as status:
-            report = index_paths(
-                store,
-                list(paths),
-                repository=repository,
-                snapshot=snapshot,
-                label_rules=rules,
-                embedder=emb,
-                progress=lambda rel: status.update(f"indexing {rel}"),
-            )
-    else:
+        status = Console(stderr=True).status("indexing")
+    with status or contextlib.nullcontext():
         report = index_paths(
             store,
             list(paths),
@@ -71,6 +65,7 @@ def index(
             snapshot=snapshot,
             label_rules=rules,
             embedder=emb,
+            progress=(lambda rel: status.update(f"indexing {rel}")) if status else None,
         )
     if as_json:
         d = report.to_dict()
