@@ -94,3 +94,62 @@ def test_missing_index_is_coded(tmp_path):
     with pytest.raises(StoreError) as info:
         open_store(str(tmp_path / "none.db"))
     assert info.value.code == "INDEX_NOT_FOUND"
+
+
+def _node(repo: str, name: str, labels: list[str]):
+    from runtime.nodestore import Node, node_id
+
+    return Node(
+        node_id(repo, "main", "class", name),
+        repo,
+        "main",
+        "class",
+        name,
+        name,
+        f"{name}.cs",
+        "dotnet",
+        1,
+        1,
+        f"class {name} {{ void Reconcile() {{}} }}",
+        labels=labels,
+    )
+
+
+def test_cached_statistics_follow_writes_from_another_connection(tmp_path):
+    """A reader's cached labels and repositories never let a newer node slip through."""
+    path = str(tmp_path / "s.db")
+    writer = open_store(path, create=True)
+    writer.replace_file("a", "main", "A.cs", "1", [_node("a", "Ledger", [])], {})
+    reader = open_store(path)
+    scope = Scope("a", "main")
+    assert [h["name"] for h in reader.search("reconcile", scope=scope, top_k=5)] == ["Ledger"]
+    # Another connection adds a labelled node in scope and a node of another repository.
+    writer.replace_file("a", "main", "S.cs", "2", [_node("a", "Secret", ["hr"])], {})
+    writer.replace_file("b", "main", "B.cs", "3", [_node("b", "Other", [])], {})
+    writer.replace_file("a", "main", "P.cs", "4", [_node("a", "Plain", [])], {})
+    names = {h["name"] for h in reader.search("reconcile", scope=scope, top_k=5)}
+    assert names == {"Ledger", "Plain"}
+    allowed = Scope("a", "main", ("hr",))
+    assert {h["name"] for h in reader.search("reconcile", scope=allowed, top_k=5)} == {
+        "Ledger",
+        "Plain",
+        "Secret",
+    }
+
+
+def test_any_word_pass_keeps_the_rarest_words(tmp_path, monkeypatch):
+    """Common words drop out of the any-word pass once over the budget; the rarest stays."""
+    import runtime.nodestore as ns
+
+    monkeypatch.setattr(ns, "ANY_PASS_POSTINGS", 4)
+    store = open_store(str(tmp_path / "c.db"), create=True)
+    nodes = [_node("a", f"Common{i}", []) for i in range(6)]
+    for n in nodes:
+        n.text = "ledger entry"
+    nodes[0].text = "ledger audit"
+    store.replace_file("a", "main", "A.cs", "1", nodes, {})
+    # "audit" (1 node) fits, "ledger" (6 nodes) would exceed 4: the any pass ranks audit only.
+    assert store._selective_any("audit ledger") == '"audit" OR "auditledger"'
+    assert store._selective_any("ledger entry") == '"entry" OR "ledgerentry"'  # rarest stays
+    hits = store.search("audit ledger", scope=Scope("a"), top_k=5)
+    assert hits[0]["name"] == "Common0"  # every word: first, from the all-words pass
