@@ -448,3 +448,373 @@ def corpus(n: int = 300, seed: int = 1) -> list[tuple[str, str, str]]:
             name, text = _other(r, noun)
             items.append(("unknown", name, text))
     return items
+
+
+# --- a realistic codebase: modules of full-size files, for indexing throughput ---------
+
+_VERBS = ["Approve", "Cancel", "Close", "Reopen", "Archive", "Recalculate", "Assign", "Export"]
+_COLS = [
+    ("Name", "NVARCHAR(200)", "string"),
+    ("Description", "NVARCHAR(MAX)", "string?"),
+    ("Amount", "DECIMAL(18,2)", "decimal"),
+    ("Quantity", "INT", "int"),
+    ("Status", "TINYINT", "int"),
+    ("CreatedAt", "DATETIME2(3)", "DateTime"),
+    ("UpdatedAt", "DATETIME2(3)", "DateTime?"),
+    ("IsActive", "BIT", "bool"),
+    ("ExternalId", "UNIQUEIDENTIFIER", "Guid"),
+    ("Notes", "NVARCHAR(1000)", "string?"),
+    ("Currency", "CHAR(3)", "string"),
+    ("Priority", "INT", "int"),
+    ("DueDate", "DATE", "DateTime?"),
+    ("Reference", "NVARCHAR(64)", "string"),
+    ("Weight", "DECIMAL(9,3)", "decimal"),
+    ("Region", "NVARCHAR(32)", "string"),
+]
+
+
+def _module_files(r: random.Random, n: str, peers: list[str]) -> list[tuple[str, str]]:
+    """The files of one module: entity, interfaces, repository, service, controller, SQL."""
+    cols = r.sample(_COLS, r.randint(8, 14))
+    peer = r.choice([p for p in peers if p != n] or peers)
+    verbs = r.sample(_VERBS, r.randint(4, 7))
+    files: list[tuple[str, str]] = []
+    props = "\n\n".join(
+        f"    /// <summary>The {c.lower()} of the {n.lower()}.</summary>\n"
+        f"    public {t} {c} {{ get; set; }}" + (" = string.Empty;" if t == "string" else "")
+        for c, _, t in cols
+    )
+    files.append(
+        (
+            f"src/Domain/{n}.cs",
+            f"""using System;
+using System.Collections.Generic;
+
+namespace Contoso.Domain.Entities;
+
+/// <summary>The {n.lower()} aggregate root.</summary>
+public class {n}
+{{
+    public int Id {{ get; set; }}
+
+{props}
+
+    public int {peer}Id {{ get; set; }}
+    public {peer}? {peer} {{ get; set; }}
+    public ICollection<{n}Event> Events {{ get; }} = new List<{n}Event>();
+
+    public bool CanTransition(int target) => IsActive && target != Status && target >= 0;
+}}
+
+public record {n}Dto(int Id, string Name, int Status);
+public record Create{n}Request(string Name, int {peer}Id);
+""",
+        )
+    )
+    iface = "\n".join(f"    Task<int> {v}Async(int id, string reason);" for v in verbs)
+    files.append(
+        (
+            f"src/Domain/I{n}Repository.cs",
+            f"""namespace Contoso.Domain.Abstractions;
+
+public interface I{n}Repository
+{{
+    Task<{n}?> FindAsync(int id);
+    Task<IReadOnlyList<{n}>> ListBy{peer}Async(int {peer.lower()}Id, int page, int size);
+    Task<int> InsertAsync({n} item);
+    Task UpdateAsync({n} item);
+{iface}
+}}
+""",
+        )
+    )
+    col_list = ", ".join(c for c, _, _ in cols[:6])
+    repo_methods = "\n".join(
+        f"""
+    public async Task<int> {v}Async(int id, string reason)
+    {{
+        using var tx = _db.BeginTransaction();
+        var affected = await _db.ExecuteAsync(
+            "dbo.usp_{v}{n}",
+            new {{ Id = id, Reason = reason, At = DateTime.UtcNow }},
+            tx,
+            commandType: CommandType.StoredProcedure);
+        tx.Commit();
+        _logger.LogInformation("{v} {n} {{Id}}: {{Affected}} row(s)", id, affected);
+        return affected;
+    }}"""
+        for v in verbs
+    )
+    files.append(
+        (
+            f"src/Infrastructure/{n}Repository.cs",
+            f"""using System.Data;
+using Dapper;
+using Microsoft.Extensions.Logging;
+using Contoso.Domain.Abstractions;
+using Contoso.Domain.Entities;
+
+namespace Contoso.Infrastructure.Repositories;
+
+public sealed class {n}Repository : I{n}Repository
+{{
+    private readonly IDbConnection _db;
+    private readonly ILogger<{n}Repository> _logger;
+
+    public {n}Repository(IDbConnection db, ILogger<{n}Repository> logger)
+    {{
+        _db = db;
+        _logger = logger;
+    }}
+
+    public Task<{n}?> FindAsync(int id) =>
+        _db.QuerySingleOrDefaultAsync<{n}>(
+            @"SELECT Id, {col_list}
+              FROM dbo.{n}s
+              WHERE Id = @id", new {{ id }});
+
+    public async Task<IReadOnlyList<{n}>> ListBy{peer}Async(int {peer.lower()}Id, int page, int size)
+    {{
+        var rows = await _db.QueryAsync<{n}>(
+            @"SELECT x.Id, {", ".join("x." + c for c, _, _ in cols[:5])}
+              FROM dbo.{n}s x
+              JOIN dbo.{peer}s p ON p.Id = x.{peer}Id
+              WHERE x.{peer}Id = @{peer.lower()}Id AND x.IsActive = 1
+              ORDER BY x.CreatedAt DESC
+              OFFSET @skip ROWS FETCH NEXT @size ROWS ONLY",
+            new {{ {peer.lower()}Id, skip = (page - 1) * size, size }});
+        return rows.AsList();
+    }}
+
+    public Task<int> InsertAsync({n} item) =>
+        _db.ExecuteScalarAsync<int>(
+            @"INSERT INTO dbo.{n}s ({col_list}, {peer}Id)
+              VALUES ({", ".join("@" + c for c, _, _ in cols[:6])}, @{peer}Id);
+              SELECT CAST(SCOPE_IDENTITY() AS INT);", item);
+
+    public Task UpdateAsync({n} item) =>
+        _db.ExecuteAsync(
+            @"UPDATE dbo.{n}s SET {", ".join(f"{c} = @{c}" for c, _, _ in cols[:6])}, UpdatedAt = SYSUTCDATETIME()
+              WHERE Id = @Id", item);
+{repo_methods}
+}}
+""",
+        )
+    )
+    svc_methods = "\n".join(
+        f"""
+    /// <summary>{v}s a {n.lower()} after checking its state.</summary>
+    public async Task<bool> {v}Async(int id, string reason, CancellationToken ct = default)
+    {{
+        if (string.IsNullOrWhiteSpace(reason))
+            throw new ArgumentException("A reason is required", nameof(reason));
+        var item = await _repository.FindAsync(id) ?? throw new KeyNotFoundException($"{n} {{id}}");
+        if (!item.CanTransition({i}))
+        {{
+            _logger.LogWarning("{n} {{Id}} cannot {v.lower()} from state {{Status}}", id, item.Status);
+            return false;
+        }}
+        var affected = await _repository.{v}Async(id, reason);
+        if (affected == 0) return false;
+        await _{peer.lower()}s.TouchAsync(item.{peer}Id, ct);
+        _metrics.Increment("{n.lower()}.{v.lower()}");
+        return true;
+    }}"""
+        for i, v in enumerate(verbs)
+    )
+    files.append(
+        (
+            f"src/Application/{n}Service.cs",
+            f"""using System;
+using System.Threading;
+using System.Threading.Tasks;
+using Microsoft.Extensions.Logging;
+using Contoso.Domain.Abstractions;
+using Contoso.Domain.Entities;
+
+namespace Contoso.Application.Services;
+
+/// <summary>Use cases of the {n.lower()} module.</summary>
+public sealed class {n}Service : I{n}Service
+{{
+    private readonly I{n}Repository _repository;
+    private readonly I{peer}Service _{peer.lower()}s;
+    private readonly IMetrics _metrics;
+    private readonly ILogger<{n}Service> _logger;
+
+    public {n}Service(I{n}Repository repository, I{peer}Service {peer.lower()}s, IMetrics metrics, ILogger<{n}Service> logger)
+    {{
+        _repository = repository ?? throw new ArgumentNullException(nameof(repository));
+        _{peer.lower()}s = {peer.lower()}s;
+        _metrics = metrics;
+        _logger = logger;
+    }}
+
+    public async Task<{n}Dto?> GetAsync(int id)
+    {{
+        var entity = await _repository.FindAsync(id);
+        return entity is null ? null : new {n}Dto(entity.Id, entity.Name, entity.Status);
+    }}
+
+    public async Task<int> CreateAsync(Create{n}Request request, CancellationToken ct = default)
+    {{
+        if (string.IsNullOrWhiteSpace(request.Name)) throw new ArgumentException("Name is required");
+        var id = await _repository.InsertAsync(new {n} {{ Name = request.Name, {peer}Id = request.{peer}Id, IsActive = true }});
+        _logger.LogInformation("Created {n} {{Id}}", id);
+        return id;
+    }}
+
+    public Task TouchAsync(int id, CancellationToken ct = default) =>
+        _repository.UpdateAsync(new {n} {{ Id = id, UpdatedAt = DateTime.UtcNow }});
+{svc_methods}
+}}
+""",
+        )
+    )
+    actions = "\n".join(
+        f"""
+    [HttpPost("{{id:int}}/{v.lower()}")]
+    public async Task<IActionResult> {v}(int id, [FromBody] string reason, CancellationToken ct)
+    {{
+        var ok = await _service.{v}Async(id, reason, ct);
+        return ok ? NoContent() : Conflict();
+    }}"""
+        for v in verbs
+    )
+    files.append(
+        (
+            f"src/Api/{n}sController.cs",
+            f"""using Microsoft.AspNetCore.Mvc;
+using Contoso.Application.Services;
+
+namespace Contoso.Api.Controllers;
+
+[ApiController]
+[Route("api/{n.lower()}s")]
+public class {n}sController : ControllerBase
+{{
+    private readonly {n}Service _service;
+    public {n}sController({n}Service service) => _service = service;
+
+    [HttpGet("{{id:int}}")]
+    public async Task<ActionResult<{n}Dto>> Get(int id)
+    {{
+        var dto = await _service.GetAsync(id);
+        return dto is null ? NotFound() : Ok(dto);
+    }}
+
+    [HttpPost]
+    public async Task<ActionResult<int>> Create([FromBody] Create{n}Request request, CancellationToken ct)
+        => Ok(await _service.CreateAsync(request, ct));
+{actions}
+}}
+""",
+        )
+    )
+    table_cols = ",\n".join(
+        f"    [{c}] {sql} {'NOT NULL' if not t.endswith('?') else 'NULL'}" for c, sql, t in cols
+    )
+    files.append(
+        (
+            f"Database/Tables/{n}s.sql",
+            f"""CREATE TABLE [dbo].[{n}s] (
+    [Id] INT IDENTITY(1,1) NOT NULL,
+{table_cols},
+    [{peer}Id] INT NOT NULL,
+    CONSTRAINT [PK_{n}s] PRIMARY KEY CLUSTERED ([Id] ASC),
+    CONSTRAINT [FK_{n}s_{peer}s] FOREIGN KEY ([{peer}Id]) REFERENCES [dbo].[{peer}s] ([Id])
+);
+GO
+CREATE NONCLUSTERED INDEX [IX_{n}s_{peer}Id] ON [dbo].[{n}s] ([{peer}Id]) INCLUDE ([{cols[0][0]}]);
+GO
+CREATE TABLE [dbo].[{n}Events] (
+    [Id] BIGINT IDENTITY(1,1) NOT NULL PRIMARY KEY,
+    [{n}Id] INT NOT NULL REFERENCES [dbo].[{n}s] ([Id]),
+    [Kind] NVARCHAR(32) NOT NULL,
+    [Reason] NVARCHAR(400) NULL,
+    [At] DATETIME2(3) NOT NULL DEFAULT (SYSUTCDATETIME())
+);
+GO
+""",
+        )
+    )
+    for v in verbs:
+        files.append(
+            (
+                f"Database/Procedures/usp_{v}{n}.sql",
+                f"""SET ANSI_NULLS ON
+GO
+SET QUOTED_IDENTIFIER ON
+GO
+-- =============================================
+-- Description: {v.lower()}s one {n.lower()} and records the event.
+-- =============================================
+CREATE OR ALTER PROCEDURE [dbo].[usp_{v}{n}]
+    @Id INT,
+    @Reason NVARCHAR(400),
+    @At DATETIME2(3) = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    SET XACT_ABORT ON;
+    DECLARE @now DATETIME2(3) = COALESCE(@At, SYSUTCDATETIME());
+    DECLARE @status TINYINT;
+
+    SELECT @status = Status FROM dbo.{n}s WITH (UPDLOCK, HOLDLOCK) WHERE Id = @Id;
+    IF @status IS NULL
+    BEGIN
+        RAISERROR('{n} %d not found', 16, 1, @Id);
+        RETURN;
+    END
+
+    BEGIN TRY
+        BEGIN TRANSACTION;
+        UPDATE dbo.{n}s
+           SET Status = {r.randint(1, 9)}, UpdatedAt = @now
+         WHERE Id = @Id;
+        INSERT INTO dbo.{n}Events ({n}Id, Kind, Reason, At)
+        VALUES (@Id, N'{v}', @Reason, @now);
+        UPDATE p SET p.UpdatedAt = @now
+          FROM dbo.{peer}s p
+          JOIN dbo.{n}s x ON x.{peer}Id = p.Id
+         WHERE x.Id = @Id;
+        EXEC dbo.usp_LogEvent @Source = N'{n}', @Message = @Reason;
+        COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+        IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+        THROW;
+    END CATCH
+
+    SELECT @@ROWCOUNT AS Affected;
+END
+GO
+""",
+            )
+        )
+    files.append(
+        (
+            f"Database/Views/vw_{n}Summary.sql",
+            f"""CREATE VIEW dbo.vw_{n}Summary
+AS
+SELECT p.Id AS {peer}Id, COUNT(x.Id) AS {n}Count, SUM(x.{next((c for c, s, _ in cols if s.startswith("DECIMAL")), "Quantity")}) AS Total,
+       MAX(x.CreatedAt) AS LastCreatedAt
+FROM dbo.{peer}s p
+LEFT JOIN dbo.{n}s x ON x.{peer}Id = p.Id AND x.IsActive = 1
+GROUP BY p.Id;
+GO
+""",
+        )
+    )
+    return files
+
+
+def codebase(modules: int = 60, seed: int = 1) -> list[tuple[str, str]]:
+    """(relative path, text) of a generated solution: `modules` modules of full-size files."""
+    r = random.Random(seed)
+    names = [a + b for b in ["", "Line", "Item", "Batch", "History", "Policy"] for a in NOUNS]
+    names = names[:modules]
+    files: list[tuple[str, str]] = []
+    for n in names:
+        files += _module_files(r, n, names)
+    return files

@@ -63,6 +63,15 @@ _NOT_CS = [
         ),
     ),
 ]
+# Literals without which a signal's regex cannot match: checking them first (a plain
+# substring test) skips the regex on most texts.
+_GATES = {
+    "type declaration": ("class", "record", "struct", "interface", "enum"),
+    "typed member": ("public", "private", "protected", "internal"),
+    "attribute": ("[",),
+    "async/await": ("await", "Task<"),
+    "java keywords": ("extends", "implements", "throws", "@Override"),
+}
 _CODE_EXT = {".cs": "dotnet", ".csx": "dotnet", ".sql": "sql"}
 _OTHER_EXT = {
     ".json",
@@ -145,16 +154,19 @@ def _cs_parse_evidence(text: str) -> tuple[int, float]:
     return best
 
 
+def _gate(name: str, text: str) -> bool:
+    gate = _GATES.get(name)
+    return gate is None or any(literal in text for literal in gate)
+
+
 def classify(text: str, path: str | None = None) -> Classification:
     """Kind, language, confidence and reasons for a source text (path is only a hint)."""
     reasons: list[str] = []
     ext = PurePath(path).suffix.lower() if path else ""
     if not text.strip():
         return Classification("UNKNOWN", "unknown", 1.0, ("empty text",))
-    not_cs = [name for name, rx in _NOT_CS if rx.search(text)]
-    cs_hits = [name for name, rx in _CS_SIGNALS if rx.search(text)]
-    sql_hits = tsql.sql_evidence(text)
-    go_lines = len(re.findall(r"(?im)^\s*GO\s*$", text))
+    not_cs = [name for name, rx in _NOT_CS if _gate(name, text) and rx.search(text)]
+    cs_hits = [name for name, rx in _CS_SIGNALS if _gate(name, text) and rx.search(text)]
     if cs_hits and not not_cs:
         decls, err = _cs_parse_evidence(text)
         if decls and err < 0.15:
@@ -172,6 +184,8 @@ def classify(text: str, path: str | None = None) -> Classification:
                     "DOTNET_WITH_SQL", "dotnet", round(confidence, 2), tuple(reasons)
                 )
             return Classification("DOTNET", "dotnet", round(confidence, 2), tuple(reasons))
+    sql_hits = tsql.sql_evidence(text)  # only now: C# text needs no T-SQL scan
+    go_lines = len(re.findall(r"(?im)^\s*GO\s*$", text))
     if sql_hits >= 2 or (sql_hits >= 1 and (go_lines or ext == ".sql")):
         reasons.append(
             f"T-SQL: {sql_hits} construct(s)"

@@ -9,6 +9,7 @@ links to each of them, at most three, so no real caller is dropped.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 
 from classifiers.model import Dependency, Extraction, ResolvedEdge, Symbol
@@ -18,9 +19,11 @@ _TYPE_KINDS = {"class", "record", "struct", "interface", "enum"}
 _MAX_TARGETS = 3
 
 
-def _namespace_of(sym: Symbol) -> str:
-    parts = sym.qualified_name.split(".")
-    return ".".join(parts[:-1])
+@functools.lru_cache(maxsize=16384)
+def _enclosing(qualified_name: str) -> frozenset[str]:
+    """Every namespace (or type) that encloses a name: `A.B.C.M` -> {A, A.B, A.B.C}."""
+    parts = qualified_name.split(".")[:-1]
+    return frozenset(".".join(parts[: i + 1]) for i in range(len(parts)))
 
 
 def resolve(extractions: list[Extraction]) -> list[ResolvedEdge]:
@@ -40,10 +43,16 @@ def resolve(extractions: list[Extraction]) -> list[ResolvedEdge]:
                 cs_members[s.name].append(s)
     edges: list[ResolvedEdge] = []
     for ex in extractions:
-        scopes = set(ex.usings)
-        scopes |= {s.qualified_name for s in ex.symbols if s.kind == "namespace"}
+        scopes = frozenset(ex.usings) | {
+            s.qualified_name for s in ex.symbols if s.kind == "namespace"
+        }
+        memo: dict[tuple[str, str], list[str]] = {}  # one file's deps repeat the same names
         for dep in ex.dependencies:
-            for target in _targets(dep, scopes, sql_full, sql_bare, cs_types, cs_members):
+            key = (dep.edge_type, dep.to_name)
+            found = memo.get(key)
+            if found is None:
+                found = memo[key] = _targets(dep, scopes, sql_full, sql_bare, cs_types, cs_members)
+            for target in found:
                 if target != dep.from_qualified_name:
                     edges.append(ResolvedEdge(dep.from_qualified_name, target, dep.edge_type))
     return list(dict.fromkeys(edges))
@@ -51,7 +60,7 @@ def resolve(extractions: list[Extraction]) -> list[ResolvedEdge]:
 
 def _targets(
     dep: Dependency,
-    scopes: set[str],
+    scopes: frozenset[str],
     sql_full: dict[str, str],
     sql_bare: dict[str, list[str]],
     cs_types: dict[str, list[Symbol]],
@@ -69,6 +78,7 @@ def _targets(
         else cs_types.get(dep.to_name, [])
     )
     if len(pool) > 1:
-        scoped = [s for s in pool if any(_namespace_of(s).startswith(sc) for sc in scopes)]
+        # In scope: declared inside (or below) the file's namespace or one of its usings.
+        scoped = [s for s in pool if not _enclosing(s.qualified_name).isdisjoint(scopes)]
         pool = scoped or pool
     return [s.qualified_name for s in pool[:_MAX_TARGETS]]

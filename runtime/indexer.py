@@ -13,12 +13,12 @@ import fnmatch
 import hashlib
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.nodestore import Node, SqliteNodeStore, node_id
+from runtime.nodestore import Node, NodeRow, SqliteNodeStore, node_id
 
 CODE_SUFFIXES = {".cs", ".sql"}
 DOC_SUFFIXES = {".md", ".markdown", ".txt", ".rst"}
@@ -151,29 +151,34 @@ def index_paths(
     label_rules: Sequence[tuple[str, list[str]]] = (),
     progress: Callable[[str], None] | None = None,
     embedder: Any = None,
+    jobs: int | None = None,
 ) -> IndexReport:
-    """Index files under roots into one repository snapshot."""
+    """Index files under roots into one repository snapshot.
+
+    jobs: worker processes that parse files (default: one per CPU; 1 parses in this
+    process). Workers are used only when enough files changed to repay starting them.
+    Results are written in file order, so the index is the same for any jobs.
+    """
     started = time.perf_counter()
     report = IndexReport()
     known = store.file_hashes(repository, snapshot)
     seen: set[str] = set()
-    new_vectors: dict[str, bytes] = {}
     own = str(Path(store.path).resolve())
+    work = _changed_files(roots, own, known, seen, label_rules, progress, report)
     with store.batch():
-        _index_files(
-            store,
-            roots,
-            own,
-            repository,
-            snapshot,
-            known,
-            seen,
-            label_rules,
-            progress,
-            embedder,
-            new_vectors,
-            report,
-        )
+        new_vectors: dict[str, bytes] = {}
+        for i, prepared in enumerate(_prepare_all(work, repository, snapshot, jobs)):
+            rel, digest, nodes, rows, summary = prepared
+            if progress:
+                progress(f"{rel} ({i + 1}/{len(work)} changed)")
+            report.nodes += store.replace_file(
+                repository, snapshot, rel, digest, nodes, summary, rows
+            )
+            if embedder is not None and nodes:
+                from runtime.embeddings import to_blob
+
+                vectors = embedder.embed([f"{n.qualified_name}\n{n.text[:2000]}" for n in nodes])
+                new_vectors.update({n.id: to_blob(v) for n, v in zip(nodes, vectors, strict=True)})
         for rel in sorted(set(known) - seen):
             store.delete_file(repository, snapshot, rel)
             report.deleted += 1
@@ -184,24 +189,26 @@ def index_paths(
     return report
 
 
-def _index_files(
-    store: SqliteNodeStore,
+# (relative path, text, content hash, labels) of a file to parse.
+_Work = tuple[str, str, str, list[str]]
+# (relative path, hash, nodes, their encoded rows, extraction summary) of a parsed file.
+_Prepared = tuple[str, str, list[Node], list[NodeRow], dict[str, Any]]
+# Below this many changed files, starting worker processes costs more than it saves.
+PARALLEL_MIN_FILES = 64
+
+
+def _changed_files(
     roots: Sequence[str],
     own: str,
-    repository: str,
-    snapshot: str,
     known: dict[str, str],
     seen: set[str],
     label_rules: Sequence[tuple[str, list[str]]],
     progress: Callable[[str], None] | None,
-    embedder: Any,
-    new_vectors: dict[str, bytes],
     report: IndexReport,
-) -> None:
-    import classifiers
-    from runtime.embeddings import to_blob
-
+) -> list[_Work]:
+    """Read every indexable file; return those whose content or labels changed."""
     own_name = Path(own).name
+    work: list[_Work] = []
     for path, rel in _files(roots):
         if path.name.startswith(own_name) and str(path.resolve()).startswith(own):
             continue  # the index itself (and its -wal/-shm files) may sit inside the tree
@@ -219,65 +226,89 @@ def _index_files(
         seen.add(rel)
         labels = labels_for(rel, label_rules)
         digest = hashlib.sha256(raw + repr(labels).encode()).hexdigest()
-        if progress:
-            progress(rel)
         if known.get(rel) == digest:
             report.unchanged += 1
+            if progress:
+                progress(f"{rel} (unchanged)")
             continue
-        nodes: list[Node] = []
-        summary: dict[str, Any] = {
-            "kind": "UNKNOWN",
-            "language": "unknown",
-            "symbols": [],
-            "deps": [],
-        }
-        if path.suffix.lower() in CODE_SUFFIXES:
-            ex = classifiers.extract(text, rel)
-            summary = _summary(ex)
-            for s in ex.symbols:
-                if s.kind == "namespace":
-                    continue
-                nodes.append(
-                    Node(
-                        node_id(repository, snapshot, s.kind, s.qualified_name),
-                        repository,
-                        snapshot,
-                        s.kind,
-                        s.name,
-                        s.qualified_name,
-                        rel,
-                        s.language,
-                        s.start_line,
-                        s.end_line,
-                        s.text,
-                        {"signature": s.signature, "doc": s.doc, **s.metadata},
-                        labels,
-                    )
+        work.append((rel, text, digest, labels))
+    return work
+
+
+def _prepare_all(
+    work: list[_Work], repository: str, snapshot: str, jobs: int | None
+) -> Iterator[_Prepared]:
+    """Parse files, in worker processes when there are enough of them; in file order."""
+    import functools
+    import os
+
+    prepare = functools.partial(_prepare, repository=repository, snapshot=snapshot)
+    jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+    if jobs <= 1 or len(work) < PARALLEL_MIN_FILES:
+        yield from map(prepare, work)
+        return
+    import multiprocessing
+    import threading
+
+    # fork shares the already-imported parsers; with other threads alive fork is unsafe,
+    # so a fresh interpreter is started instead.
+    method = "fork" if hasattr(os, "fork") and threading.active_count() == 1 else "spawn"
+    with multiprocessing.get_context(method).Pool(jobs) as pool:
+        yield from pool.imap(prepare, work, chunksize=8)
+
+
+def _prepare(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
+    """Nodes, FTS rows and the extraction summary of one file (runs in a worker)."""
+    import classifiers
+    from runtime.nodestore import node_row
+
+    rel, text, digest, labels = item
+    nodes: list[Node] = []
+    summary: dict[str, Any] = {"kind": "UNKNOWN", "language": "unknown", "symbols": [], "deps": []}
+    if Path(rel).suffix.lower() in CODE_SUFFIXES:
+        ex = classifiers.extract(text, rel)
+        summary = _summary(ex)
+        for s in ex.symbols:
+            if s.kind == "namespace":
+                continue
+            nodes.append(
+                Node(
+                    node_id(repository, snapshot, s.kind, s.qualified_name),
+                    repository,
+                    snapshot,
+                    s.kind,
+                    s.name,
+                    s.qualified_name,
+                    rel,
+                    s.language,
+                    s.start_line,
+                    s.end_line,
+                    s.text,
+                    {"signature": s.signature, "doc": s.doc, **s.metadata},
+                    labels,
                 )
-        else:
-            for heading, chunk, start, end in doc_chunks(text, rel):
-                qn = f"{rel}#{heading}"
-                nodes.append(
-                    Node(
-                        node_id(repository, snapshot, "doc", qn),
-                        repository,
-                        snapshot,
-                        "doc",
-                        heading,
-                        qn,
-                        rel,
-                        "unknown",
-                        start,
-                        end,
-                        chunk,
-                        {"heading": heading},
-                        labels,
-                    )
+            )
+    else:
+        for heading, chunk, start, end in doc_chunks(text, rel):
+            qn = f"{rel}#{heading}"
+            nodes.append(
+                Node(
+                    node_id(repository, snapshot, "doc", qn),
+                    repository,
+                    snapshot,
+                    "doc",
+                    heading,
+                    qn,
+                    rel,
+                    "unknown",
+                    start,
+                    end,
+                    chunk,
+                    {"heading": heading},
+                    labels,
                 )
-        report.nodes += store.replace_file(repository, snapshot, rel, digest, nodes, summary)
-        if embedder is not None and nodes:
-            vectors = embedder.embed([f"{n.qualified_name}\n{n.text[:2000]}" for n in nodes])
-            new_vectors.update({n.id: to_blob(v) for n, v in zip(nodes, vectors, strict=True)})
+            )
+    return rel, digest, nodes, [node_row(n) for n in nodes], summary
 
 
 def _resolve_edges(store: SqliteNodeStore, repository: str, snapshot: str) -> int:

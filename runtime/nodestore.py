@@ -106,7 +106,7 @@ def index_terms(text: str) -> str:
     """Extra searchable text: identifiers split into words and joined into one word."""
     out: list[str] = []
     for word in set(_WORD.findall(text)):
-        parts = split_identifier(word)
+        parts = _split(word)
         if len(parts) > 1:
             out.append(" ".join(parts))
             out.append("".join(parts))
@@ -198,6 +198,23 @@ def meta_tokens(node: Node) -> str:
     ]
     toks += [_tok("l", label) for label in node.labels]
     return " ".join(toks)
+
+
+# A node's encoded columns: metadata JSON, labels JSON, and the FTS5 name, body, meta.
+NodeRow = tuple[str, str, str, str, str]
+
+
+def node_row(n: Node) -> NodeRow:
+    """The encoded columns of a node (pure: the indexer computes them in its workers)."""
+    head = " ".join(str(n.metadata.get(k, "")) for k in ("doc", "signature", "heading"))
+    # The kind and names go in the weighted column; doc line and signature (which sit
+    # outside a member's text) go with the body.
+    names = (
+        f"{n.kind} {n.name} {n.qualified_name} {n.path} "
+        f"{index_terms(n.qualified_name + ' ' + n.path)}"
+    )
+    body = f"{head}\n{n.text}\n{index_terms(head + ' ' + n.text)}"
+    return json.dumps(n.metadata), json.dumps(sorted(n.labels)), names, body, meta_tokens(n)
 
 
 def _any(prefix: str, values: Iterable[str]) -> str:
@@ -406,14 +423,19 @@ class SqliteNodeStore:
         snapshot: str,
         path: str,
         file_hash: str,
-        nodes: Iterable[Node],
+        nodes: Sequence[Node],
         extraction: Any,
+        rows: Sequence[NodeRow] | None = None,
     ) -> int:
-        """Replace every node of one file; returns the number written."""
+        """Replace every node of one file; returns the number written.
+
+        rows: the nodes' `node_row`s, when computed elsewhere (the indexer's workers).
+        """
         with self._write() as db:
             self._delete_file(db, repository, snapshot, path)
             count = 0
-            for n in nodes:
+            for i, n in enumerate(nodes):
+                metadata, labels, names, body, meta = rows[i] if rows is not None else node_row(n)
                 cur = db.execute(
                     f"INSERT OR REPLACE INTO nodes ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
@@ -428,25 +450,17 @@ class SqliteNodeStore:
                         n.start_line,
                         n.end_line,
                         n.text,
-                        json.dumps(n.metadata),
-                        json.dumps(sorted(n.labels)),
+                        metadata,
+                        labels,
                     ),
                 )
                 rowid = cur.lastrowid
                 db.executemany(
                     "INSERT INTO node_labels VALUES (?, ?)", [(rowid, lb) for lb in n.labels]
                 )
-                head = " ".join(str(n.metadata.get(k, "")) for k in ("doc", "signature", "heading"))
-                # The kind and names go in the weighted column; doc line and signature
-                # (which sit outside a member's text) go with the body.
-                names = (
-                    f"{n.kind} {n.name} {n.qualified_name} {n.path} "
-                    f"{index_terms(n.qualified_name + ' ' + n.path)}"
-                )
-                body = f"{head}\n{n.text}\n{index_terms(head + ' ' + n.text)}"
                 db.execute(
                     "INSERT INTO nodes_fts (rowid, name, body, meta) VALUES (?, ?, ?, ?)",
-                    (rowid, names, body, meta_tokens(n)),
+                    (rowid, names, body, meta),
                 )
                 count += 1
             db.execute(
@@ -591,7 +605,8 @@ class SqliteNodeStore:
             return " OR ".join(pairs)
         stats = self._stats()
         counted = sorted((self._doc_count(stats, t, ANY_PASS_POSTINGS), t) for t in terms)
-        kept, total = [], 0
+        kept: list[str] = []
+        total = 0
         for df, term in counted:
             if kept and total + df > ANY_PASS_POSTINGS:
                 break

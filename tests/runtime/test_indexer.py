@@ -90,3 +90,33 @@ def test_heading_aware_chunks_and_label_globs():
     assert labels_for(
         "Database/Procedures/x.sql", [("Database/*", ["internal"]), ("*/Procedures/*", ["dba"])]
     ) == ["internal", "dba"]
+
+
+def _dump(store) -> tuple[list, list, list]:
+    db = store.conn()
+    nodes = db.execute(
+        "SELECT id, kind, name, path, start_line, end_line, text, metadata, labels FROM nodes "
+        "ORDER BY id"
+    ).fetchall()
+    fts = db.execute(
+        "SELECT n.id, f.name, f.body, f.meta FROM nodes_fts f JOIN nodes n ON n.rowid = f.rowid "
+        "ORDER BY n.id"
+    ).fetchall()
+    edges = db.execute("SELECT * FROM edges ORDER BY 1, 2, 3").fetchall()
+    return nodes, fts, edges
+
+
+def test_worker_processes_build_the_same_index(tmp_path, monkeypatch):
+    """Parsing in worker processes changes nothing in the index, only who does the work."""
+    import runtime.indexer as indexer
+
+    monkeypatch.setattr(indexer, "PARALLEL_MIN_FILES", 1)
+    root = _copy(tmp_path)
+    labels = [("Database/Procedures/usp_CapturePayment.sql", ["confidential"])]
+    serial = open_store(str(tmp_path / "serial.db"), create=True)
+    parallel = open_store(str(tmp_path / "parallel.db"), create=True)
+    one = index_paths(serial, [str(root)], repository="r", label_rules=labels, jobs=1)
+    two = index_paths(parallel, [str(root)], repository="r", label_rules=labels, jobs=2)
+    assert (one.files, one.nodes, one.edges) == (two.files, two.nodes, two.edges)
+    assert one.nodes > 100
+    assert _dump(serial) == _dump(parallel)
