@@ -452,7 +452,22 @@ def corpus(n: int = 300, seed: int = 1) -> list[tuple[str, str, str]]:
 
 # --- a realistic codebase: modules of full-size files, for indexing throughput ---------
 
-_VERBS = ["Approve", "Cancel", "Close", "Reopen", "Archive", "Recalculate", "Assign", "Export"]
+_VERBS = [
+    "Approve",
+    "Cancel",
+    "Close",
+    "Reopen",
+    "Archive",
+    "Recalculate",
+    "Assign",
+    "Export",
+    "Suspend",
+    "Resume",
+    "Merge",
+    "Split",
+    "Escalate",
+    "Verify",
+]
 _COLS = [
     ("Name", "NVARCHAR(200)", "string"),
     ("Description", "NVARCHAR(MAX)", "string?"),
@@ -473,11 +488,13 @@ _COLS = [
 ]
 
 
-def _module_files(r: random.Random, n: str, peers: list[str]) -> list[tuple[str, str]]:
+def _module_files(
+    r: random.Random, n: str, peers: list[str], members: tuple[int, int]
+) -> list[tuple[str, str]]:
     """The files of one module: entity, interfaces, repository, service, controller, SQL."""
     cols = r.sample(_COLS, r.randint(8, 14))
     peer = r.choice([p for p in peers if p != n] or peers)
-    verbs = r.sample(_VERBS, r.randint(4, 7))
+    verbs = r.sample(_VERBS, r.randint(*members))
     files: list[tuple[str, str]] = []
     props = "\n\n".join(
         f"    /// <summary>The {c.lower()} of the {n.lower()}.</summary>\n"
@@ -809,12 +826,18 @@ GO
     return files
 
 
-def codebase(modules: int = 60, seed: int = 1) -> list[tuple[str, str]]:
-    """(relative path, text) of a generated solution: `modules` modules of full-size files."""
+def codebase(
+    modules: int = 60, seed: int = 1, members: tuple[int, int] = (4, 7)
+) -> list[tuple[str, str]]:
+    """(relative path, text) of a generated solution: `modules` modules of full-size files.
+
+    members: how many use cases (service methods, repository methods, procedures) a module
+    has, drawn from this range; more use cases make the C# files larger.
+    """
     r = random.Random(seed)
     names = [a + b for b in ["", "Line", "Item", "Batch", "History", "Policy"] for a in NOUNS]
     names = names[:modules]
     files: list[tuple[str, str]] = []
     for n in names:
-        files += _module_files(r, n, names)
+        files += _module_files(r, n, names, members)
     return files

@@ -71,6 +71,10 @@ _GATES = {
     "attribute": ("[",),
     "async/await": ("await", "Task<"),
     "java keywords": ("extends", "implements", "throws", "@Override"),
+    "java package": ("package",),
+    "java import": ("import",),
+    "typescript/javascript": ("export", "import", "function", "const"),
+    "python": ("def", "from", "import"),
 }
 _CODE_EXT = {".cs": "dotnet", ".csx": "dotnet", ".sql": "sql"}
 _OTHER_EXT = {

@@ -55,21 +55,32 @@ def parser() -> Any:
     return _parser
 
 
+# Compiled queries find these node types in C; walking every node of a body from Python
+# cost most of the extraction time.
 _BODY_QUERY = """
 (invocation_expression) @call
 (object_creation_expression) @new
 (assignment_expression) @assign
 """
+# Where SQL can sit: literals, concatenations of literals, fields initialised with SQL.
+_SQL_QUERY = """
+(string_literal) @s
+(verbatim_string_literal) @s
+(raw_string_literal) @s
+(interpolated_string_expression) @s
+(binary_expression) @concat
+(identifier) @name
+"""
 
 
-@functools.lru_cache(maxsize=1)
-def _body_query_cursor() -> Any:
-    """A cursor over the calls, creations and assignments of a subtree."""
+@functools.lru_cache(maxsize=4)
+def _query_cursor(source: str) -> Any:
+    """A cursor over the nodes a query captures in a subtree."""
     import tree_sitter
     import tree_sitter_c_sharp
 
     language = tree_sitter.Language(tree_sitter_c_sharp.language())
-    return tree_sitter.QueryCursor(tree_sitter.Query(language, _BODY_QUERY))
+    return tree_sitter.QueryCursor(tree_sitter.Query(language, source))
 
 
 @functools.lru_cache(maxsize=16)
@@ -294,9 +305,7 @@ class _Walker:
 
     def body_refs(self, node: Any, qn: str, sym: Symbol) -> None:
         sink_seen = False
-        # A compiled query finds the three node types in C; walking every node of a body
-        # from Python cost most of the extraction time.
-        found = _body_query_cursor().captures(node)
+        found = _query_cursor(_BODY_QUERY).captures(node)
         for n in sorted((n for nodes in found.values() for n in nodes), key=lambda n: n.start_byte):
             line = n.start_point[0] + 1
             if n.type == "invocation_expression":
@@ -328,26 +337,20 @@ class _Walker:
 
     def sql_in(self, node: Any, qn: str, line: int) -> list[str]:
         found: list[str] = []
-        stack = [node]
-        while stack:
-            n = stack.pop()
+        captured = _query_cursor(_SQL_QUERY).captures(node)
+        for n in sorted((n for ns in captured.values() for n in ns), key=lambda n: n.start_byte):
             value = _string_value(n) or _concatenation(n)
-            if value and n.type == "binary_expression":
-                stack = [c for c in stack if not _inside(c, n)]
             if not value and n.type == "identifier" and _txt(n) in self.sql_fields:
                 value = self.sql_fields[_txt(n)]
             if value and tsql.sql_evidence(value):
                 refs = tsql.references(value)
-                for name, edge in [(r, "UsesSql") for r in refs.reads + refs.writes] + [
-                    (e, "UsesSql") for e in refs.executes
-                ]:
-                    self.deps.append(Dependency(qn, name, edge, line))
+                for name in refs.reads + refs.writes + refs.executes:
+                    self.deps.append(Dependency(qn, name, "UsesSql", line))
                     found.append(name)
             elif value and re.fullmatch(r"\[?\w+\]?\.\[?usp_\w+\]?|usp_\w+", value.strip()):
                 name = tsql.normalize(value.strip())  # a stored procedure name alone
                 self.deps.append(Dependency(qn, name, "UsesSql", line))
                 found.append(name)
-            stack.extend(n.named_children)
         return found
 
 
@@ -366,10 +369,6 @@ def _concatenation(node: Any) -> str:
         else:
             return ""
     return "".join(parts)
-
-
-def _inside(child: Any, parent: Any) -> bool:
-    return parent.start_byte <= child.start_byte and child.end_byte <= parent.end_byte
 
 
 def extract(text: str) -> tuple[list[Symbol], list[Dependency], list[str], bool]:

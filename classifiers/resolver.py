@@ -42,13 +42,14 @@ def resolve(extractions: list[Extraction]) -> list[ResolvedEdge]:
             elif s.kind in ("method", "property", "constructor"):
                 cs_members[s.name].append(s)
     edges: list[ResolvedEdge] = []
+    # Files repeat the same names under the same usings: resolve each combination once.
+    memo: dict[tuple[str, str, frozenset[str]], list[str]] = {}
     for ex in extractions:
         scopes = frozenset(ex.usings) | {
             s.qualified_name for s in ex.symbols if s.kind == "namespace"
         }
-        memo: dict[tuple[str, str], list[str]] = {}  # one file's deps repeat the same names
         for dep in ex.dependencies:
-            key = (dep.edge_type, dep.to_name)
+            key = (dep.edge_type, dep.to_name, scopes)
             found = memo.get(key)
             if found is None:
                 found = memo[key] = _targets(dep, scopes, sql_full, sql_bare, cs_types, cs_members)

@@ -102,15 +102,28 @@ def _split(word: str) -> tuple[str, ...]:
     return tuple(p for p in parts if p)
 
 
+_ASCII_WORD = re.compile(r"\w+", re.A)
+# Every word split so far, and the split forms of those with several parts: set operations
+# (in C) then leave only unseen words to Python. Bounded for long-lived processes.
+_SEEN: set[str] = set()
+_MULTI: dict[str, tuple[str, str]] = {}
+
+
 def index_terms(text: str) -> str:
     """Extra searchable text: identifiers split into words and joined into one word."""
-    out: list[str] = []
-    for word in set(_WORD.findall(text)):
-        parts = _split(word)
+    words = set(_ASCII_WORD.findall(text))
+    if len(_SEEN) > 200_000:
+        _SEEN.clear()
+        _MULTI.clear()
+    for word in words - _SEEN:
+        # Leading digits are a number, not part of the identifier (as _WORD reads them).
+        parts = _split(word.lstrip("0123456789"))
         if len(parts) > 1:
-            out.append(" ".join(parts))
-            out.append("".join(parts))
-    return " ".join(sorted(out))
+            _MULTI[word] = (" ".join(parts), "".join(parts))
+        _SEEN.add(word)
+    out = [term for word in words & _MULTI.keys() for term in _MULTI[word]]
+    out.sort()
+    return " ".join(out)
 
 
 # Words in a question that name a kind of node ("which stored procedure ...").
@@ -200,12 +213,17 @@ def meta_tokens(node: Node) -> str:
     return " ".join(toks)
 
 
-# A node's encoded columns: metadata JSON, labels JSON, and the FTS5 name, body, meta.
-NodeRow = tuple[str, str, str, str, str]
+# A node as written: the 13 columns of `nodes` (_COLS, metadata and labels as JSON), then
+# the FTS5 name, body and meta columns. Plain tuples: the indexer's workers send them.
+NodeRow = tuple[str, str, str, str, str, str, str, str, int, int, str, str, str, str, str, str]
 
 
-def node_row(n: Node) -> NodeRow:
-    """The encoded columns of a node (pure: the indexer computes them in its workers)."""
+def node_row(n: Node, searchable: str | None = None) -> NodeRow:
+    """The encoded columns of a node (pure: the indexer computes them in its workers).
+
+    searchable: the text to index instead of the node's text (a type without its
+    members' bodies, which their own nodes index).
+    """
     head = " ".join(str(n.metadata.get(k, "")) for k in ("doc", "signature", "heading"))
     # The kind and names go in the weighted column; doc line and signature (which sit
     # outside a member's text) go with the body.
@@ -213,8 +231,26 @@ def node_row(n: Node) -> NodeRow:
         f"{n.kind} {n.name} {n.qualified_name} {n.path} "
         f"{index_terms(n.qualified_name + ' ' + n.path)}"
     )
-    body = f"{head}\n{n.text}\n{index_terms(head + ' ' + n.text)}"
-    return json.dumps(n.metadata), json.dumps(sorted(n.labels)), names, body, meta_tokens(n)
+    text = n.text if searchable is None else searchable
+    body = f"{head}\n{text}\n{index_terms(head + ' ' + text)}"
+    return (
+        n.id,
+        n.repository,
+        n.snapshot,
+        n.kind,
+        n.name,
+        n.qualified_name,
+        n.path,
+        n.language,
+        n.start_line,
+        n.end_line,
+        n.text,
+        json.dumps(n.metadata),
+        json.dumps(sorted(n.labels)),
+        names,
+        body,
+        meta_tokens(n),
+    )
 
 
 def _any(prefix: str, values: Iterable[str]) -> str:
@@ -314,6 +350,7 @@ _SCHEMA = [
         edge_type TEXT NOT NULL, repository TEXT NOT NULL, snapshot TEXT NOT NULL,
         PRIMARY KEY (from_id, to_id, edge_type))""",
     "CREATE INDEX IF NOT EXISTS edges_to ON edges (to_id)",
+    "CREATE INDEX IF NOT EXISTS edges_scope ON edges (repository, snapshot)",
     """CREATE TABLE IF NOT EXISTS files (repository TEXT NOT NULL, snapshot TEXT NOT NULL,
         path TEXT NOT NULL, hash TEXT NOT NULL, extraction TEXT NOT NULL,
         PRIMARY KEY (repository, snapshot, path))""",
@@ -382,13 +419,22 @@ class SqliteNodeStore:
         )
         return dict(rows.fetchall())
 
-    def extractions(self, repository: str, snapshot: str) -> dict[str, Any]:
-        """path -> the stored extraction summary (for cross-file resolution)."""
-        rows = self.conn().execute(
-            "SELECT path, extraction FROM files WHERE repository = ? AND snapshot = ?",
-            (repository, snapshot),
-        )
-        return {p: json.loads(e) for p, e in rows}
+    def extractions(
+        self, repository: str, snapshot: str, paths: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        """path -> the stored extraction summary (for cross-file resolution); all, or paths."""
+        db = self.conn()
+        sql = "SELECT path, extraction FROM files WHERE repository = ? AND snapshot = ?"
+        if paths is None:
+            return {p: json.loads(e) for p, e in db.execute(sql, (repository, snapshot))}
+        out: dict[str, Any] = {}
+        for start in range(0, len(paths), 500):
+            chunk = list(paths[start : start + 500])
+            rows = db.execute(
+                f"{sql} AND path IN ({','.join('?' * len(chunk))})", (repository, snapshot, *chunk)
+            )
+            out.update({p: json.loads(e) for p, e in rows})
+        return out
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -425,49 +471,43 @@ class SqliteNodeStore:
         file_hash: str,
         nodes: Sequence[Node],
         extraction: Any,
-        rows: Sequence[NodeRow] | None = None,
     ) -> int:
-        """Replace every node of one file; returns the number written.
+        """Replace every node of one file; returns the number written."""
+        rows = [node_row(n) for n in nodes]
+        return self.replace_file_rows(repository, snapshot, path, file_hash, rows, extraction)
 
-        rows: the nodes' `node_row`s, when computed elsewhere (the indexer's workers).
-        """
+    def replace_file_rows(
+        self,
+        repository: str,
+        snapshot: str,
+        path: str,
+        file_hash: str,
+        rows: Sequence[NodeRow],
+        extraction: Any,
+    ) -> int:
+        """Replace every node of one file with encoded rows (see node_row)."""
         with self._write() as db:
             self._delete_file(db, repository, snapshot, path)
-            count = 0
-            for i, n in enumerate(nodes):
-                metadata, labels, names, body, meta = rows[i] if rows is not None else node_row(n)
+            for row in rows:
                 cur = db.execute(
                     f"INSERT OR REPLACE INTO nodes ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        n.id,
-                        n.repository,
-                        n.snapshot,
-                        n.kind,
-                        n.name,
-                        n.qualified_name,
-                        n.path,
-                        n.language,
-                        n.start_line,
-                        n.end_line,
-                        n.text,
-                        metadata,
-                        labels,
-                    ),
+                    row[:13],
                 )
                 rowid = cur.lastrowid
-                db.executemany(
-                    "INSERT INTO node_labels VALUES (?, ?)", [(rowid, lb) for lb in n.labels]
-                )
+                if row[12] != "[]":
+                    db.executemany(
+                        "INSERT INTO node_labels VALUES (?, ?)",
+                        [(rowid, lb) for lb in json.loads(row[12])],
+                    )
                 db.execute(
                     "INSERT INTO nodes_fts (rowid, name, body, meta) VALUES (?, ?, ?, ?)",
-                    (rowid, names, body, meta),
+                    (rowid, *row[13:]),
                 )
-                count += 1
             db.execute(
                 "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
                 (repository, snapshot, path, file_hash, json.dumps(extraction)),
             )
-        return count
+        return len(rows)
 
     def _delete_file(
         self, db: sqlite3.Connection, repository: str, snapshot: str, path: str
@@ -500,14 +540,28 @@ class SqliteNodeStore:
     def replace_edges(
         self, repository: str, snapshot: str, edges: Iterable[tuple[str, str, str]]
     ) -> int:
-        """Replace every edge of a repository snapshot."""
-        rows = [(f, t, e, repository, snapshot) for f, t, e in edges]
+        """Make the edges of a repository snapshot exactly these; returns their number.
+
+        Only the difference is written, so re-indexing a few files rewrites a few edges.
+        """
+        new = {(f, t, e) for f, t, e in edges}
         with self._write() as db:
-            db.execute(
-                "DELETE FROM edges WHERE repository = ? AND snapshot = ?", (repository, snapshot)
+            old = set(
+                db.execute(
+                    "SELECT from_id, to_id, edge_type FROM edges WHERE repository = ? AND snapshot = ?",
+                    (repository, snapshot),
+                )
             )
-            db.executemany("INSERT OR IGNORE INTO edges VALUES (?, ?, ?, ?, ?)", rows)
-        return len(rows)
+            db.executemany(
+                "DELETE FROM edges WHERE from_id = ? AND to_id = ? AND edge_type = ?",
+                sorted(old - new),
+            )
+            # Sorted: B-tree inserts in key order touch each page once.
+            db.executemany(
+                "INSERT OR IGNORE INTO edges VALUES (?, ?, ?, ?, ?)",
+                [(f, t, e, repository, snapshot) for f, t, e in sorted(new - old)],
+            )
+        return len(new)
 
     def put_vectors(self, model: str, vectors: dict[str, bytes]) -> None:
         """Store embedding vectors (float32 bytes) by node id."""
