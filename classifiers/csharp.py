@@ -40,6 +40,12 @@ _BUILTIN_TEXT = (
     "Action ValueTask void IDbConnection SqlConnection DbContext DbSet Nullable Exception"
 )
 _BUILTIN_TYPES = set(_BUILTIN_TEXT.split())
+# Compiled once: these run for every member, call and string literal.
+_XML_TAG = re.compile(r"</?\w+[^>]*>")
+_PAREN_SPACE = re.compile(r"\(\s+")
+_QUOTES = re.compile(r'^[@$]*"+|"+$')
+_INTERFACE_NAME = re.compile(r"I[A-Z]")
+_PROC_NAME = re.compile(r"\[?\w+\]?\.\[?usp_\w+\]?|usp_\w+")
 
 _parser: Any = None
 
@@ -106,7 +112,7 @@ def _doc_before(node: Any) -> str:
         lines.insert(0, _txt(prev))
         prev = prev.prev_named_sibling
     for line in lines:
-        clean = re.sub(r"</?\w+[^>]*>", "", line.lstrip("/ ")).strip()
+        clean = _XML_TAG.sub("", line.lstrip("/ ")).strip()
         if clean:
             return clean
     return ""
@@ -129,7 +135,7 @@ def _signature(node: Any) -> str:
     start = node.start_byte
     end = body.start_byte if body is not None else node.end_byte
     raw = node.text[: end - start].decode("utf-8", errors="replace")
-    sig = re.sub(r"\(\s+", "(", " ".join(raw.split()).rstrip("{ =>"))
+    sig = _PAREN_SPACE.sub("(", " ".join(raw.split()).rstrip("{ =>"))
     if node.type == "property_declaration" and body is not None and body.type == "accessor_list":
         sig += " " + " ".join(_txt(body).split())
     return sig
@@ -161,7 +167,7 @@ def _string_value(node: Any) -> str:
         "raw_string_literal",
         "interpolated_string_expression",
     ):
-        return re.sub(r'^[@$]*"+|"+$', "", _txt(node))
+        return _QUOTES.sub("", _txt(node))
     return ""
 
 
@@ -237,7 +243,7 @@ class _Walker:
                     head = names[0]
                     edge = (
                         "Implements"
-                        if (kind == "interface" or (re.match(r"I[A-Z]", head) and i >= 0))
+                        if (kind == "interface" or (_INTERFACE_NAME.match(head) and i >= 0))
                         else "Inherits"
                     )
                     self.deps.append(Dependency(qn, head, edge, base.start_point[0] + 1))
@@ -315,7 +321,7 @@ class _Walker:
                     if fn is not None and fn.type == "member_access_expression"
                     else _txt(fn)
                 )
-                callee = re.sub(r"<.*", "", callee)
+                callee = callee.split("<", 1)[0]
                 if callee and callee != "nameof":
                     self.deps.append(Dependency(qn, callee, "Calls", line))
                 if SQL_SINKS.search(_txt(fn)):
@@ -347,7 +353,7 @@ class _Walker:
                 for name in refs.reads + refs.writes + refs.executes:
                     self.deps.append(Dependency(qn, name, "UsesSql", line))
                     found.append(name)
-            elif value and re.fullmatch(r"\[?\w+\]?\.\[?usp_\w+\]?|usp_\w+", value.strip()):
+            elif value and _PROC_NAME.fullmatch(value.strip()):
                 name = tsql.normalize(value.strip())  # a stored procedure name alone
                 self.deps.append(Dependency(qn, name, "UsesSql", line))
                 found.append(name)

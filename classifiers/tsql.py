@@ -61,11 +61,16 @@ _SQL_EVIDENCE = re.compile(
 )
 
 
+_DOT = re.compile(r"\s*\.\s*")
+_BEGIN_TRAN = re.compile(r"\bBEGIN\s+TRAN(SACTION)?\b", re.I)
+_BEGIN_TRY = re.compile(r"\bBEGIN\s+TRY\b", re.I)
 _LEX = re.compile(r"--[^\n]*|/\*.*?(?:\*/|\Z)|'(?:[^']|'')*(?:'|\Z)", re.S)
 
 
 def _spaces(chunk: str) -> str:
-    return re.sub(r"[^\n]", " ", chunk)
+    if "\n" not in chunk:
+        return " " * len(chunk)
+    return "\n".join(" " * len(part) for part in chunk.split("\n"))
 
 
 def _blank_match(m: re.Match[str]) -> str:
@@ -138,7 +143,7 @@ def batches(text: str) -> list[tuple[int, str]]:
 
 def normalize(name: str) -> str:
     """`[dbo].[Orders]`, `dbo.Orders`, `Orders` -> `dbo.Orders`; 3-part names keep the last two."""
-    parts = [p.strip().strip('[]"') for p in re.split(r"\s*\.\s*", name.strip())]
+    parts = [p.strip().strip('[]"') for p in _DOT.split(name.strip())]
     parts = [p for p in parts if p]
     if len(parts) == 1:
         parts = ["dbo", parts[0]]
@@ -220,8 +225,8 @@ def references(body: str) -> SqlRefs:
     )
     refs.reads = [r for r in refs.reads if r not in refs.executes]
     refs.operations = sorted({m.group(1).upper() for m in _DML.finditer(clean)})
-    refs.transaction = bool(re.search(r"\bBEGIN\s+TRAN(SACTION)?\b", clean, re.I))
-    refs.try_catch = bool(re.search(r"\bBEGIN\s+TRY\b", clean, re.I))
+    refs.transaction = bool(_BEGIN_TRAN.search(clean))
+    refs.try_catch = bool(_BEGIN_TRY.search(clean))
     return refs
 
 

@@ -217,6 +217,12 @@ _CODES: list[Code] = [
         "The node index does not exist.",
         "Build it with `runtime index PATH`.",
     ),
+    Code(
+        "INDEX_FORMAT",
+        "run",
+        "The node index was written by another version of step-runtime.",
+        "Run `runtime index PATH` again: it rebuilds the index in the current format.",
+    ),
     Code("INDEX_ERROR", "run", "The node index failed."),
     Code(
         "EMBEDDINGS_UNAVAILABLE",

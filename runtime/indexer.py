@@ -39,6 +39,7 @@ class IndexReport:
     deleted: int = 0
     seconds: float = 0.0
     bytes: int = 0
+    rebuilt: bool = False  # the index had an older layout and was rebuilt from scratch
 
     def to_dict(self) -> dict[str, Any]:
         """The `runtime index --json` object (plus detail counters)."""
@@ -160,7 +161,7 @@ def index_paths(
     Results are written in file order, so the index is the same for any jobs.
     """
     started = time.perf_counter()
-    report = IndexReport()
+    report = IndexReport(rebuilt=store.rebuilt)
     known = store.file_hashes(repository, snapshot)
     seen: set[str] = set()
     own = str(Path(store.path).resolve())
@@ -168,13 +169,13 @@ def index_paths(
     with store.batch():
         new_vectors: dict[str, bytes] = {}
         fresh: dict[str, Any] = {}  # path -> Extraction of the files parsed now
-        for i, (rel, digest, rows, summary) in enumerate(
+        for i, (rel, digest, rows, summary, encoded) in enumerate(
             _prepare_all(work, repository, snapshot, jobs)
         ):
             if progress:
                 progress(f"{rel} ({i + 1}/{len(work)} changed)")
             report.nodes += store.replace_file_rows(
-                repository, snapshot, rel, digest, rows, summary
+                repository, snapshot, rel, digest, rows, encoded
             )
             fresh[rel] = _from_summary(summary)  # here, not after: workers may leave a core idle
             if embedder is not None and rows:
@@ -195,8 +196,8 @@ def index_paths(
 
 # (relative path, text, content hash, labels) of a file to parse.
 _Work = tuple[str, str, str, list[str]]
-# (relative path, hash, encoded node rows, extraction summary) of a parsed file.
-_Prepared = tuple[str, str, list[NodeRow], dict[str, Any]]
+# (relative path, hash, encoded node rows, extraction summary, the summary encoded).
+_Prepared = tuple[str, str, list[NodeRow], dict[str, Any], bytes]
 # Below this many changed files, starting worker processes costs more than it saves.
 PARALLEL_MIN_FILES = 64
 
@@ -290,7 +291,7 @@ def _prepare_batch(items: list[_Work], *, repository: str, snapshot: str) -> lis
 def _prepare(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
     """Nodes, FTS rows and the extraction summary of one file (runs in a worker)."""
     import classifiers
-    from runtime.nodestore import node_row
+    from runtime.nodestore import encode_extraction, node_row
 
     rel, text, digest, labels = item
     nodes: list[Node] = []
@@ -341,7 +342,7 @@ def _prepare(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
                 )
             )
     rows = [node_row(n, searchable.get(n.qualified_name)) for n in nodes]
-    return rel, digest, rows, summary
+    return rel, digest, rows, summary, encode_extraction(summary)
 
 
 def _declarations_only(symbols: Sequence[Any]) -> dict[str, str]:

@@ -17,6 +17,7 @@ import os
 import re
 import sqlite3
 import threading
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -253,6 +254,16 @@ def node_row(n: Node, searchable: str | None = None) -> NodeRow:
     )
 
 
+def encode_extraction(summary: Any) -> bytes:
+    """A file's extraction summary as stored: compact JSON, zlib level 1 (about 5x smaller)."""
+    return zlib.compress(json.dumps(summary, separators=(",", ":")).encode(), 1)
+
+
+def decode_extraction(blob: bytes) -> Any:
+    """The summary encode_extraction stored."""
+    return json.loads(zlib.decompress(blob))
+
+
 def _any(prefix: str, values: Iterable[str]) -> str:
     return "(" + " OR ".join(f"meta:{_tok(prefix, v)}" for v in values) + ")"
 
@@ -346,18 +357,22 @@ _SCHEMA = [
     "CREATE INDEX IF NOT EXISTS node_labels_node ON node_labels (node)",
     """CREATE VIRTUAL TABLE IF NOT EXISTS nodes_fts USING fts5(
         name, body, meta, tokenize = 'porter unicode61 remove_diacritics 2')""",
+    # WITHOUT ROWID: the table is its key index (the ids are long; storing them twice
+    # made edges a quarter of the file).
     """CREATE TABLE IF NOT EXISTS edges (from_id TEXT NOT NULL, to_id TEXT NOT NULL,
         edge_type TEXT NOT NULL, repository TEXT NOT NULL, snapshot TEXT NOT NULL,
-        PRIMARY KEY (from_id, to_id, edge_type))""",
+        PRIMARY KEY (from_id, to_id, edge_type)) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS edges_to ON edges (to_id)",
-    "CREATE INDEX IF NOT EXISTS edges_scope ON edges (repository, snapshot)",
     """CREATE TABLE IF NOT EXISTS files (repository TEXT NOT NULL, snapshot TEXT NOT NULL,
-        path TEXT NOT NULL, hash TEXT NOT NULL, extraction TEXT NOT NULL,
+        path TEXT NOT NULL, hash TEXT NOT NULL, extraction BLOB NOT NULL,
         PRIMARY KEY (repository, snapshot, path))""",
     # The same weights as _BM25, for anyone querying the index with `ORDER BY rank`.
     "INSERT INTO nodes_fts (nodes_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0, 0.0)')",
     "CREATE TABLE IF NOT EXISTS vectors (node INTEGER PRIMARY KEY, model TEXT NOT NULL, vector BLOB NOT NULL)",
 ]
+# The layout written by this version; an index in another layout is rebuilt by the indexer
+# and refused by readers (INDEX_FORMAT). 2: edges WITHOUT ROWID, compressed extractions.
+INDEX_FORMAT = 2
 _COLS = (
     "id, repository, snapshot, kind, name, qualified_name, path, language, start_line, "
     "end_line, text, metadata, labels"
@@ -391,9 +406,32 @@ class SqliteNodeStore:
             raise StoreError(f"no index at {path}", code="INDEX_NOT_FOUND")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
+        self.rebuilt = False  # True when an index in an older layout was dropped (create=True)
         with self.conn() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = db.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
+            if tables and version != INDEX_FORMAT:
+                if not create:
+                    raise StoreError(
+                        f"index {path} has layout {version}, this version reads layout "
+                        f"{INDEX_FORMAT}; run `runtime index` again to rebuild it",
+                        code="INDEX_FORMAT",
+                    )
+                self._drop_all(db)
+                self.rebuilt = True
             for statement in _SCHEMA:
                 db.execute(statement)
+            db.execute(f"PRAGMA user_version = {INDEX_FORMAT}")
+
+    @staticmethod
+    def _drop_all(db: sqlite3.Connection) -> None:
+        """Remove every table and index (an index is derived data: the sources rebuild it)."""
+        names = db.execute(
+            "SELECT type, name FROM sqlite_schema WHERE type IN ('table', 'view') "
+            "AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'nodes_fts_%'"
+        ).fetchall()
+        for kind, name in names:
+            db.execute(f'DROP {kind.upper()} IF EXISTS "{name}"')
 
     def conn(self) -> sqlite3.Connection:
         """This thread's connection."""
@@ -426,14 +464,14 @@ class SqliteNodeStore:
         db = self.conn()
         sql = "SELECT path, extraction FROM files WHERE repository = ? AND snapshot = ?"
         if paths is None:
-            return {p: json.loads(e) for p, e in db.execute(sql, (repository, snapshot))}
+            return {p: decode_extraction(e) for p, e in db.execute(sql, (repository, snapshot))}
         out: dict[str, Any] = {}
         for start in range(0, len(paths), 500):
             chunk = list(paths[start : start + 500])
             rows = db.execute(
                 f"{sql} AND path IN ({','.join('?' * len(chunk))})", (repository, snapshot, *chunk)
             )
-            out.update({p: json.loads(e) for p, e in rows})
+            out.update({p: decode_extraction(e) for p, e in rows})
         return out
 
     @contextlib.contextmanager
@@ -474,7 +512,9 @@ class SqliteNodeStore:
     ) -> int:
         """Replace every node of one file; returns the number written."""
         rows = [node_row(n) for n in nodes]
-        return self.replace_file_rows(repository, snapshot, path, file_hash, rows, extraction)
+        return self.replace_file_rows(
+            repository, snapshot, path, file_hash, rows, encode_extraction(extraction)
+        )
 
     def replace_file_rows(
         self,
@@ -483,9 +523,10 @@ class SqliteNodeStore:
         path: str,
         file_hash: str,
         rows: Sequence[NodeRow],
-        extraction: Any,
+        extraction: bytes,
     ) -> int:
-        """Replace every node of one file with encoded rows (see node_row)."""
+        """Replace every node of one file with encoded rows and extraction (see node_row,
+        encode_extraction)."""
         with self._write() as db:
             self._delete_file(db, repository, snapshot, path)
             for row in rows:
@@ -505,7 +546,7 @@ class SqliteNodeStore:
                 )
             db.execute(
                 "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
-                (repository, snapshot, path, file_hash, json.dumps(extraction)),
+                (repository, snapshot, path, file_hash, extraction),
             )
         return len(rows)
 
@@ -546,10 +587,14 @@ class SqliteNodeStore:
         """
         new = {(f, t, e) for f, t, e in edges}
         with self._write() as db:
+            # Every edge of the snapshot leaves a node whose id starts `repository::snapshot::`:
+            # a range of the key, then the columns for exactness.
+            prefix = node_id(repository, snapshot, "", "")[:-2]
             old = set(
                 db.execute(
-                    "SELECT from_id, to_id, edge_type FROM edges WHERE repository = ? AND snapshot = ?",
-                    (repository, snapshot),
+                    "SELECT from_id, to_id, edge_type FROM edges WHERE from_id >= ? AND "
+                    "from_id < ? AND repository = ? AND snapshot = ?",
+                    (prefix, prefix[:-1] + ";", repository, snapshot),
                 )
             )
             db.executemany(

@@ -67,6 +67,11 @@ def index(
             embedder=emb,
             progress=(lambda rel: status.update(f"indexing {rel}")) if status else None,
         )
+    if report.rebuilt:
+        click.echo(
+            f"note: {store.path} had the layout of another version; it was rebuilt from scratch",
+            err=True,
+        )
     if as_json:
         d = report.to_dict()
         click.echo(json.dumps({k: d[k] for k in ("files", "nodes", "edges", "skipped", "seconds")}))

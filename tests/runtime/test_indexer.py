@@ -120,3 +120,43 @@ def test_worker_processes_build_the_same_index(tmp_path, monkeypatch):
     assert (one.files, one.nodes, one.edges) == (two.files, two.nodes, two.edges)
     assert one.nodes > 100
     assert _dump(serial) == _dump(parallel)
+
+
+def test_an_index_of_another_layout_is_refused_by_readers_and_rebuilt_by_the_indexer(tmp_path):
+    import sqlite3
+
+    import pytest
+
+    from runtime.errors import StoreError
+
+    path = tmp_path / "old.db"
+    store = open_store(str(path), create=True)
+    index_paths(store, [str(SAMPLE_ROOT / "Database")], repository="r")
+    store.conn().close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 1")  # as written by an earlier version
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError) as info:
+        open_store(str(path))
+    assert info.value.code == "INDEX_FORMAT" and "runtime index" in str(info.value)
+    again = open_store(str(path), create=True)
+    report = index_paths(again, [str(SAMPLE_ROOT / "Database")], repository="r")
+    assert report.rebuilt and report.unchanged == 0 and report.nodes > 10
+    assert open_store(str(path)).search("usp_PlaceOrder", scope=Scope("r"), top_k=1)
+
+
+def test_reindexing_keeps_the_full_text_index_consistent(tmp_path):
+    root = _copy(tmp_path)
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    index_paths(store, [str(root)], repository="r")
+    service = root / "src" / "Eshop.Core" / "Services" / "BasketService.cs"
+    service.write_text(service.read_text().replace("AddItemAsync", "AddLineAsync"))
+    (root / "Database" / "Views" / "vw_CustomerLifetimeValue.sql").unlink()
+    index_paths(store, [str(root)], repository="r")
+    # FTS5 checks its index against the stored rows; a mismatch raises.
+    store.conn().execute("INSERT INTO nodes_fts (nodes_fts) VALUES ('integrity-check')")
+    hits = store.search("AddLineAsync", scope=Scope("r"), top_k=3)
+    assert hits and hits[0]["name"] == "AddLineAsync"
+    ids = {h["id"] for h in store.search("AddItemAsync", scope=Scope("r"), top_k=10)}
+    assert "r::main::method::Eshop.Core.Services.BasketService.AddItemAsync" not in ids
