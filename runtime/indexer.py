@@ -175,7 +175,7 @@ def index_paths(
             if progress:
                 progress(f"{rel} ({i + 1}/{len(work)} changed)")
             report.nodes += store.replace_file_rows(
-                repository, snapshot, rel, digest, rows, encoded
+                repository, snapshot, rel, digest, rows, encoded, known=rel in known
             )
             fresh[rel] = _from_summary(summary)  # here, not after: workers may leave a core idle
             if embedder is not None and rows:

@@ -524,50 +524,73 @@ class SqliteNodeStore:
         file_hash: str,
         rows: Sequence[NodeRow],
         extraction: bytes,
+        *,
+        known: bool = True,
     ) -> int:
         """Replace every node of one file with encoded rows and extraction (see node_row,
-        encode_extraction)."""
+        encode_extraction); known=False: the file has no nodes yet (skips their deletion)."""
+        unique = list({row[0]: row for row in rows}.values())  # a later declaration wins
         with self._write() as db:
-            self._delete_file(db, repository, snapshot, path)
-            for row in rows:
-                cur = db.execute(
-                    f"INSERT OR REPLACE INTO nodes ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    row[:13],
-                )
-                rowid = cur.lastrowid
-                if row[12] != "[]":
-                    db.executemany(
-                        "INSERT INTO node_labels VALUES (?, ?)",
-                        [(rowid, lb) for lb in json.loads(row[12])],
+            if known:
+                self._delete_file(db, repository, snapshot, path)
+            # An id may belong to a node of another file (a partial class): it goes, whole,
+            # so no full-text row outlives its node.
+            clash: list[int] = []
+            for start in range(0, len(unique), 500):
+                ids = [r[0] for r in unique[start : start + 500]]
+                clash += [
+                    r[0]
+                    for r in db.execute(
+                        f"SELECT rowid FROM nodes WHERE id IN ({','.join('?' * len(ids))})", ids
                     )
-                db.execute(
-                    "INSERT INTO nodes_fts (rowid, name, body, meta) VALUES (?, ?, ?, ?)",
-                    (rowid, *row[13:]),
-                )
+                ]
+            self._delete_rowids(db, clash)
+            # Row ids assigned here let each table take the whole file in one executemany.
+            base = (db.execute("SELECT max(rowid) FROM nodes").fetchone()[0] or 0) + 1
+            db.executemany(
+                f"INSERT INTO nodes (rowid, {_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                [(base + i, *r[:13]) for i, r in enumerate(unique)],
+            )
+            labels = [
+                (base + i, label)
+                for i, r in enumerate(unique)
+                if r[12] != "[]"
+                for label in json.loads(r[12])
+            ]
+            if labels:
+                db.executemany("INSERT INTO node_labels VALUES (?, ?)", labels)
+            db.executemany(
+                "INSERT INTO nodes_fts (rowid, name, body, meta) VALUES (?, ?, ?, ?)",
+                [(base + i, *r[13:]) for i, r in enumerate(unique)],
+            )
             db.execute(
                 "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
                 (repository, snapshot, path, file_hash, extraction),
             )
-        return len(rows)
+        return len(unique)
+
+    @staticmethod
+    def _delete_rowids(db: sqlite3.Connection, rowids: Sequence[int]) -> None:
+        """Remove nodes with everything that hangs off them (full-text row first)."""
+        if not rowids:
+            return
+        keys = [(r,) for r in rowids]
+        db.executemany("DELETE FROM nodes_fts WHERE rowid = ?", keys)
+        db.executemany("DELETE FROM node_labels WHERE node = ?", keys)
+        db.executemany("DELETE FROM vectors WHERE node = ?", keys)
+        db.executemany("DELETE FROM nodes WHERE rowid = ?", keys)
 
     def _delete_file(
         self, db: sqlite3.Connection, repository: str, snapshot: str, path: str
     ) -> None:
-        rows = [
+        rowids = [
             r[0]
             for r in db.execute(
                 "SELECT rowid FROM nodes WHERE repository = ? AND snapshot = ? AND path = ?",
                 (repository, snapshot, path),
             )
         ]
-        for rowid in rows:
-            db.execute("DELETE FROM nodes_fts WHERE rowid = ?", (rowid,))
-            db.execute("DELETE FROM node_labels WHERE node = ?", (rowid,))
-            db.execute("DELETE FROM vectors WHERE node = ?", (rowid,))
-        db.execute(
-            "DELETE FROM nodes WHERE repository = ? AND snapshot = ? AND path = ?",
-            (repository, snapshot, path),
-        )
+        self._delete_rowids(db, rowids)
 
     def delete_file(self, repository: str, snapshot: str, path: str) -> None:
         """Remove a file's nodes (the file was deleted)."""

@@ -32,6 +32,11 @@ from runtime.cli._common import handle_errors
 )
 @click.option("--embedder", help="Also store vectors: minilm, hashing, or openai:MODEL@URL.")
 @click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    help="Worker processes that parse files (default: one per CPU; 1: no workers).",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print {files, nodes, edges, skipped, seconds}."
 )
 @handle_errors
@@ -42,6 +47,7 @@ def index(
     snapshot: str,
     labels_file: str | None,
     embedder: str | None,
+    jobs: int | None,
     as_json: bool,
 ) -> None:
     """Index C#, T-SQL, Markdown and text files under PATHS (incremental)."""
@@ -65,6 +71,7 @@ def index(
             snapshot=snapshot,
             label_rules=rules,
             embedder=emb,
+            jobs=jobs,
             progress=(lambda rel: status.update(f"indexing {rel}")) if status else None,
         )
     if report.rebuilt:

@@ -65,3 +65,37 @@ def test_bad_labels_file_is_a_usage_error(runner, tmp_path):
         cli, ["index", str(SAMPLE_ROOT), "--index", str(tmp_path / "i.db"), "--labels", str(bad)]
     )
     assert result.exit_code == 2 and "labels file" in result.stderr
+
+
+def test_jobs_option(runner, tmp_path, monkeypatch):
+    import runtime.indexer as indexer
+
+    monkeypatch.setattr(indexer, "PARALLEL_MIN_FILES", 1)  # the sample is small
+    reports = []
+    for jobs in ("1", "2"):
+        result = runner.invoke(
+            cli,
+            ["index", str(SAMPLE_ROOT), "--index", str(tmp_path / f"{jobs}.db"), "--jobs", jobs],
+            catch_exceptions=False,
+        )
+        assert result.exit_code == 0, result.stderr
+        reports.append(result.stdout.split(":")[1].split(",")[0])  # "... N node(s) written"
+    assert reports[0] == reports[1]
+    bad = runner.invoke(cli, ["index", str(SAMPLE_ROOT), "--jobs", "0"])
+    assert bad.exit_code == 2 and "--jobs" in bad.stderr
+
+
+def test_an_old_index_is_refused_with_a_code(runner, tmp_path):
+    import sqlite3
+
+    idx = str(tmp_path / "i.db")
+    assert runner.invoke(cli, ["index", str(SAMPLE_ROOT), "--index", idx]).exit_code == 0
+    db = sqlite3.connect(idx)
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    found = runner.invoke(cli, ["search", "order", "--index", idx])
+    assert found.exit_code == 1 and "INDEX_FORMAT" in found.stderr
+    again = runner.invoke(cli, ["index", str(SAMPLE_ROOT), "--index", idx])
+    assert again.exit_code == 0 and "rebuilt from scratch" in again.stderr
+    assert runner.invoke(cli, ["search", "order", "--index", idx]).exit_code == 0

@@ -160,3 +160,24 @@ def test_reindexing_keeps_the_full_text_index_consistent(tmp_path):
     assert hits and hits[0]["name"] == "AddLineAsync"
     ids = {h["id"] for h in store.search("AddItemAsync", scope=Scope("r"), top_k=10)}
     assert "r::main::method::Eshop.Core.Services.BasketService.AddItemAsync" not in ids
+
+
+def test_a_type_declared_in_two_files_leaves_no_stray_full_text_rows(tmp_path):
+    """`partial class` in two files: one node; re-indexing either file keeps FTS exact."""
+    root = tmp_path / "src"
+    root.mkdir()
+    a = "namespace Shop;\npublic partial class Ledger\n{\n    public void Post() { }\n}\n"
+    b = "namespace Shop;\npublic partial class Ledger\n{\n    public void Close() { }\n}\n"
+    (root / "A.cs").write_text(a)
+    (root / "B.cs").write_text(b)
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    index_paths(store, [str(root)], repository="r")
+    (root / "A.cs").write_text(a.replace("Post()", "PostEntry()"))
+    index_paths(store, [str(root)], repository="r")
+    db = store.conn()
+    db.execute("INSERT INTO nodes_fts (nodes_fts) VALUES ('integrity-check')")
+    nodes = db.execute("SELECT count(*) FROM nodes").fetchone()[0]
+    fts = db.execute("SELECT count(*) FROM nodes_fts").fetchone()[0]
+    assert nodes == fts
+    ids = [r[0] for r in db.execute("SELECT id FROM nodes WHERE kind = 'class'")]
+    assert ids == ["r::main::class::Shop.Ledger"]
