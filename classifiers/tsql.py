@@ -141,6 +141,33 @@ def batches(text: str) -> list[tuple[int, str]]:
     return [(s, b) for s, b in out if b.strip()]
 
 
+_RULE = re.compile(r"^[\s\-=*/#~_.]*$")
+
+
+def doc_before(text: str, offset: int) -> str:
+    """The comment right above a definition: its `Description:` line, else its lines joined.
+
+    `--` lines or one `/* */` block, directly above (no blank line between), as SQL
+    headers document procedures; rulers (`-- =====`) are skipped.
+    """
+    above = text[:offset].rstrip(" \t").split("\n")
+    if above and not above[-1].strip():
+        above.pop()  # the line break ending the comment
+    lines: list[str] = []
+    if above and above[-1].rstrip().endswith("*/"):
+        start = text.rfind("/*", 0, offset)
+        lines = text[start + 2 : text.rfind("*/", 0, offset)].split("\n")
+    else:
+        while above and above[-1].lstrip().startswith("--"):
+            lines.insert(0, above.pop().lstrip()[2:])
+    cleaned = [line.strip(" \t-*=#/") for line in lines if not _RULE.match(line)]
+    cleaned = [line for line in cleaned if line]
+    for line in cleaned:
+        if line.lower().startswith("description:"):
+            return line.split(":", 1)[1].strip()[:300]
+    return " ".join(cleaned)[:300]
+
+
 def normalize(name: str) -> str:
     """`[dbo].[Orders]`, `dbo.Orders`, `Orders` -> `dbo.Orders`; 3-part names keep the last two."""
     parts = [p.strip().strip('[]"') for p in _DOT.split(name.strip())]
@@ -359,6 +386,7 @@ def extract(text: str) -> tuple[list[Symbol], list[Dependency]]:
                 end_line=line + body.count("\n"),
                 text=body,
                 signature=" ".join((header or body.split("\n", 1)[0]).split())[:300],
+                doc=doc_before(text, start + m.start()),
             )
             if kind == "index":
                 on = _INDEX_ON.search(clean, m.end())

@@ -148,6 +148,20 @@ KIND_WORDS = {
     "controller": "class",
     "endpoint": "method",
     "migration": "class",
+    "functions": "function",
+    "interfaces": "interface",
+    "index": "index",
+    "indexes": "index",
+    "indices": "index",
+    "sequence": "sequence",
+    "sequences": "sequence",
+    "enum": "enum",
+    "enums": "enum",
+    "enumeration": "enum",
+    "property": "property",
+    "properties": "property",
+    "constructor": "constructor",
+    "constructors": "constructor",
 }
 
 
@@ -160,13 +174,39 @@ def kinds_in(query: str) -> list[str]:
     )
 
 
+def named_words(query: str) -> list[str]:
+    """Words a question writes as names: `Orders` mid-sentence, `BasketService`, `usp_X`.
+
+    A capital at the start of the question is grammar, not a name.
+    """
+    out: list[str] = []
+    for i, m in enumerate(_WORD.finditer(query)):
+        word = m.group(0)
+        if (
+            "_" in word.strip("_")
+            or any(c.isupper() for c in word[1:])
+            or (word[0].isupper() and i > 0 and word.lower() not in STOPWORDS)
+        ):
+            out.append(word)
+    return list(dict.fromkeys(out))
+
+
+_KIND_WORD = re.compile(r"\b(?:" + "|".join(KIND_WORDS) + r")\b", re.I)
+
+
+def without_kind_words(query: str) -> str:
+    """The query without the words naming a node kind ("which stored procedure" -> "which stored")."""
+    return _KIND_WORD.sub(" ", query)
+
+
 def query_terms(query: str) -> tuple[list[str], list[str]]:
     """(word terms, joined-adjacent-word terms) as FTS5 expressions; stop words dropped."""
     terms: list[str] = []
     words: list[str] = []
     for word in _WORD.findall(query):
         parts = split_identifier(word)
-        if not parts or (len(parts) == 1 and parts[0] in STOPWORDS):
+        # One letter alone is a fragment ("customer's" -> "s"), not a word to search for.
+        if not parts or (len(parts) == 1 and (parts[0] in STOPWORDS or len(parts[0]) == 1)):
             words.append("")
             continue
         if len(parts) == 1:
@@ -219,6 +259,30 @@ def meta_tokens(node: Node) -> str:
 NodeRow = tuple[str, str, str, str, str, str, str, str, int, int, str, str, str, str, str, str]
 
 
+def _described(metadata: dict[str, Any]) -> str:
+    """Words for what a SQL object's metadata says: its columns, keys and parameters.
+
+    A question asks for "the columns of the Orders table"; a CREATE TABLE never says
+    "column".
+    """
+    out = []
+    columns = metadata.get("columns")
+    if isinstance(columns, list) and columns:
+        names = [str(c.get("name", "")) for c in columns if isinstance(c, dict)]
+        out.append("columns " + " ".join(names))
+    if metadata.get("primary_key"):
+        out.append("primary key " + " ".join(map(str, metadata["primary_key"])))
+    for fk in metadata.get("foreign_keys") or []:
+        if isinstance(fk, dict):
+            cols = " ".join(map(str, fk.get("columns", [])))
+            out.append(f"foreign key {cols} references {fk.get('references', '')}")
+    params = metadata.get("parameters")
+    if isinstance(params, list) and params:
+        names = [str(p.get("name", "")).lstrip("@") for p in params if isinstance(p, dict)]
+        out.append("parameters " + " ".join(names))
+    return ("\n" + "\n".join(out)) if out else ""
+
+
 def node_row(n: Node, searchable: str | None = None) -> NodeRow:
     """The encoded columns of a node (pure: the indexer computes them in its workers).
 
@@ -226,6 +290,7 @@ def node_row(n: Node, searchable: str | None = None) -> NodeRow:
     members' bodies, which their own nodes index).
     """
     head = " ".join(str(n.metadata.get(k, "")) for k in ("doc", "signature", "heading"))
+    head += _described(n.metadata)
     # The kind and names go in the weighted column; doc line and signature (which sit
     # outside a member's text) go with the body.
     names = (
@@ -277,7 +342,7 @@ class _Stats:
     repositories: frozenset[str]
     snapshots: frozenset[str]
     labels: frozenset[str]
-    doc_counts: dict[str, int] = field(default_factory=dict)
+    doc_counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # (count, cap)
 
 
 @dataclass(frozen=True)
@@ -687,13 +752,18 @@ class SqliteNodeStore:
     ) -> list[dict[str, Any]]:
         """BM25 hits, best first, in passes that each add what the previous ones missed.
 
+        0. nodes named by a word written as a name ("the Orders table", "usp_PlaceOrder"),
+           up to half;
         1. adjacent words joined, as the identifier they may spell ("place order" -> PlaceOrder);
         2. nodes of a kind the question names ("which stored procedure ..."), up to half;
-        3. nodes with every word; 4. nodes with any word.
+        3. nodes with every informative word; 4. nodes with any word.
         Every pass ranks with BM25 inside FTS5 under the same scope and filters. Matching
         all words before any word is both more precise and far cheaper.
         """
-        passes: list[tuple[str, dict[str, Any] | None, int]] = [("joined", filters, top_k)]
+        passes: list[tuple[str, dict[str, Any] | None, int]] = [
+            ("named", filters, (top_k + 1) // 2),
+            ("joined", filters, top_k),
+        ]
         kinds = kinds_in(query)
         if kinds and not (filters or {}).get("kind"):
             by_kind = {**(filters or {}), "kind": kinds}
@@ -705,7 +775,19 @@ class SqliteNodeStore:
             if len(merged) >= top_k:
                 break  # later passes only add below what is already full
             kind_pass = flt is not filters
-            match = self._selective_any(query) if mode == "any" else fts_query(query, mode)
+            if mode == "named":
+                for h in self._named(query, scope, cap, filters):
+                    if all(h["id"] != m["id"] for m in merged):
+                        merged.append(h)
+                continue
+            # A kind pass already selects the kind: the word naming it would only add noise.
+            words = without_kind_words(query) if kind_pass else query
+            if mode == "any":
+                match = self._selective_any(words)
+            elif mode == "all":
+                match = self._informative_all(words)
+            else:
+                match = fts_query(words, mode)
             for h in self._bm25(match, scope, top_k, flt):
                 if len(merged) >= top_k or (kind_pass and from_kind_pass >= cap):
                     break
@@ -713,6 +795,51 @@ class SqliteNodeStore:
                     merged.append(h)
                     from_kind_pass += kind_pass
         return [{**h, "rank": i + 1} for i, h in enumerate(merged)]
+
+    def _named(
+        self, query: str, scope: Scope, limit: int, filters: dict[str, Any] | None
+    ) -> list[dict[str, Any]]:
+        """Visible nodes whose name is a word of the query written as a name.
+
+        Those of a kind the query names come first, then by BM25 over the whole query.
+        """
+        names = named_words(query)
+        if not names:
+            return []
+        where, args = self._scope_sql(scope)
+        fsql, fargs = self._filter_sql(filters)
+        marks = ",".join("?" * len(names))
+        rows = (
+            self.conn()
+            .execute(
+                f"SELECT n.rowid, n.id, n.path, n.kind, n.name FROM nodes n "
+                f"WHERE n.name COLLATE NOCASE IN ({marks}) AND {where}{fsql}",
+                [*names, *args, *fargs],
+            )
+            .fetchall()
+        )
+        if not rows:
+            return []
+        scores = dict(
+            self.conn().execute(
+                f"SELECT rowid, {_BM25} FROM nodes_fts WHERE nodes_fts MATCH ? "
+                f"AND rowid IN ({','.join('?' * len(rows))})",
+                [fts_query(query, "any") or '""', *[r[0] for r in rows]],
+            )
+        )
+        kinds = kinds_in(query)
+        rows.sort(key=lambda r: (r[3] not in kinds, scores.get(r[0], 0.0), r[1]))
+        return [
+            {
+                "id": r[1],
+                "score": round(-scores.get(r[0], 0.0), 6),
+                "rank": i + 1,
+                "path": r[2],
+                "kind": r[3],
+                "name": r[4],
+            }
+            for i, r in enumerate(rows[:limit])
+        ]
 
     def _selective_any(self, query: str) -> str:
         """The any-word expression over the most selective words, within a postings budget.
@@ -736,20 +863,30 @@ class SqliteNodeStore:
             total += df
         return " OR ".join(kept + pairs)
 
+    def _informative_all(self, query: str) -> str:
+        """The all-words expression without the words in half the nodes or more.
+
+        FTS5's BM25 gives such a word no weight (its idf is clamped), so requiring it only
+        drops nodes: "how is stock reserved for an order" in a codebase about orders must
+        still find ReserveAsync, which never says "order". If every word is that common,
+        all are required.
+        """
+        terms, _ = query_terms(query)
+        stats = self._stats()
+        half = stats.nodes // 2
+        kept = [t for t in terms if 2 * self._doc_count(stats, t, half) < stats.nodes]
+        return " AND ".join(kept or terms)
+
     def _doc_count(self, stats: _Stats, term: str, cap: int) -> int:
         """Nodes matching one term, counted up to cap + 1 (cached until the index changes)."""
-        found = stats.doc_counts.get(term)
-        if found is None:
-            found = (
-                self.conn()
-                .execute(
-                    "SELECT count(*) FROM (SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? LIMIT ?)",
-                    (term, cap + 1),
-                )
-                .fetchone()[0]
+        found, counted_to = stats.doc_counts.get(term, (-1, -1))
+        if found < 0 or (found > counted_to and cap > counted_to):  # unknown, or cut short
+            sql = (
+                "SELECT count(*) FROM (SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? LIMIT ?)"
             )
-            stats.doc_counts[term] = found
-        return int(found)
+            found = self.conn().execute(sql, (term, cap + 1)).fetchone()[0]
+            stats.doc_counts[term] = (found, cap)
+        return int(min(found, cap + 1))
 
     def _stats(self) -> _Stats:
         """Index-wide facts the query planner needs, recomputed only after the index changed.

@@ -85,3 +85,31 @@ def test_temp_table_create_is_not_an_object_and_comments_hide_code():
         "CREATE TABLE dbo.Real (Id INT PRIMARY KEY);\n"
     )
     assert [s.qualified_name for s in syms] == ["dbo.Real"]
+
+
+def test_the_comment_above_a_definition_is_its_doc():
+    text = """-- =============================================
+-- Author:      ops
+-- Description: archives old orders
+-- =============================================
+CREATE PROCEDURE dbo.usp_Archive AS SELECT 1;
+GO
+/* Nightly job.
+   Runs at 02:00. */
+CREATE VIEW dbo.vw_Night AS SELECT 1 AS x;
+GO
+-- not attached: a blank line follows
+
+CREATE TABLE dbo.T (Id INT);
+GO
+-- Keeps events.
+CREATE TABLE dbo.Events (Id INT);
+"""
+    symbols, _ = tsql.extract(text)
+    docs = {s.qualified_name: s.doc for s in symbols}
+    assert docs == {
+        "dbo.usp_Archive": "archives old orders",
+        "dbo.vw_Night": "Nightly job. Runs at 02:00.",
+        "dbo.T": "",
+        "dbo.Events": "Keeps events.",
+    }
