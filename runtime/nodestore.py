@@ -165,6 +165,13 @@ KIND_WORDS = {
 }
 
 
+_SQL_KIND_WORDS = frozenset(
+    w
+    for w, kind in KIND_WORDS.items()
+    if kind in ("procedure", "table", "view", "trigger", "function", "index", "sequence")
+)
+
+
 def kinds_in(query: str) -> list[str]:
     """Node kinds a question names, in order."""
     return list(
@@ -218,7 +225,13 @@ def query_terms(query: str) -> tuple[list[str], list[str]]:
                 f'("{joined}" OR ({" AND ".join(f"{chr(34)}{p}{chr(34)}" for p in parts)}))'
             )
             words.append("")
-    pairs = [f'"{a}{b}"' for a, b in itertools.pairwise(words) if a and b]
+    # "stored procedure" names a kind of SQL object, not the CommandType.StoredProcedure
+    # that every data-access call mentions: words naming SQL kinds are not joined.
+    pairs = [
+        f'"{a}{b}"'
+        for a, b in itertools.pairwise(words)
+        if a and b and not {a, b} & _SQL_KIND_WORDS
+    ]
     return list(dict.fromkeys(terms)), list(dict.fromkeys(pairs))
 
 

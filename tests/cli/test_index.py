@@ -99,3 +99,34 @@ def test_an_old_index_is_refused_with_a_code(runner, tmp_path):
     again = runner.invoke(cli, ["index", str(SAMPLE_ROOT), "--index", idx])
     assert again.exit_code == 0 and "rebuilt from scratch" in again.stderr
     assert runner.invoke(cli, ["search", "order", "--index", idx]).exit_code == 0
+
+
+SEMANTIC_TOP3 = ("--type", "semantic", "--top-k", "3", "--json")
+
+
+def test_semantic_search_from_the_cli_with_the_real_model(
+    runner, tmp_path, minilm_dir, monkeypatch
+):
+    monkeypatch.setenv("RUNTIME_MINILM_DIR", str(minilm_dir))
+    idx = str(tmp_path / "i.db")
+    src = SAMPLE_ROOT / "Database"
+    done = runner.invoke(cli, ["index", str(src), "--index", idx, "--embedder", "minilm", "--json"])
+    assert done.exit_code == 0, done.stderr
+    found = runner.invoke(
+        cli,
+        ["search", "undo a purchase and return the goods", "--index", idx, *SEMANTIC_TOP3],
+    )
+    assert found.exit_code == 0, found.stderr
+    hits = json.loads(found.stdout)["hits"]
+    assert "default::main::procedure::dbo.usp_CancelOrder" in [h["id"] for h in hits]
+
+
+def test_semantic_search_without_the_model_is_coded(runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNTIME_MINILM_DIR", str(tmp_path / "nothing"))
+    idx = str(tmp_path / "i.db")
+    assert (
+        runner.invoke(cli, ["index", str(SAMPLE_ROOT / "Database"), "--index", idx]).exit_code == 0
+    )
+    found = runner.invoke(cli, ["search", "x", "--index", idx, "--type", "semantic"])
+    assert found.exit_code == 1 and "EMBEDDINGS_UNAVAILABLE" in found.stderr
+    assert "pip install" in found.stderr or "model.safetensors" in found.stderr

@@ -1,0 +1,99 @@
+"""The real all-MiniLM-L6-v2 encoder (numpy), semantic and hybrid search with it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime.embeddings import MiniLMEmbedder, make_embedder
+from runtime.errors import StoreError
+from runtime.indexer import index_paths
+from runtime.nodestore import Scope, open_store
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+SAMPLE_ROOT = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_dir):
+    return MiniLMEmbedder(minilm_dir)
+
+
+def test_vectors_match_sentence_transformers(minilm):
+    """Reference vectors were computed by sentence-transformers with torch (see the file)."""
+    ref = json.loads((DATA / "embeddings" / "minilm_reference.json").read_text())
+    got = minilm.embed(ref["texts"])  # includes a text longer than the 256-token cut
+    for vector, expected in zip(got, ref["vectors"], strict=True):
+        assert len(vector) == 384
+        assert max(abs(a - b) for a, b in zip(vector, expected, strict=True)) < 1e-5
+    # Batching and padding change nothing: one text alone gives the same vector.
+    [alone] = minilm.embed(ref["texts"][3:4])
+    assert max(abs(a - b) for a, b in zip(alone, got[3], strict=True)) < 1e-6
+
+
+@pytest.fixture(scope="module")
+def semantic_index(tmp_path_factory, minilm):
+    store = open_store(str(tmp_path_factory.mktemp("sem") / "i.db"), create=True)
+    index_paths(store, [str(SAMPLE_ROOT)], repository="eshop", embedder=minilm)
+    return store
+
+
+def test_semantic_search_finds_meaning_without_shared_words(semantic_index, minilm):
+    # "remove everything from the shopping cart" shares no word with ClearAsync's code
+    # ("Empties a basket after an order was placed").
+    hits = semantic_index.search(
+        "remove everything from the shopping cart",
+        scope=Scope("eshop", "main"),
+        top_k=5,
+        search_type="semantic",
+        embedder=minilm,
+    )
+    assert len(hits) == 5 and hits[0]["score"] >= hits[-1]["score"]
+    assert any("ClearAsync" in h["id"] for h in hits)
+    bm25 = semantic_index.search(
+        "remove everything from the shopping cart", scope=Scope("eshop", "main"), top_k=5
+    )
+    assert not any("ClearAsync" in h["id"] for h in bm25)
+
+
+def test_hybrid_search_fuses_both_rankings(semantic_index, minilm):
+    hits = semantic_index.search(
+        "Which stored procedure places an order?",
+        scope=Scope("eshop", "main"),
+        top_k=5,
+        search_type="hybrid",
+        embedder=minilm,
+    )
+    assert "eshop::main::procedure::dbo.usp_PlaceOrder" in [h["id"] for h in hits[:2]]
+    assert [h["rank"] for h in hits] == [1, 2, 3, 4, 5]
+    assert all(h["score"] <= 2 / 61 + 1e-6 for h in hits)  # reciprocal rank fusion, k=60
+
+
+def test_semantic_search_respects_labels(semantic_index, minilm):
+    hidden = "eshop::main::procedure::dbo.usp_CapturePayment"  # no label here: visible
+    hits = semantic_index.search(
+        "record a captured payment",
+        scope=Scope("eshop"),
+        top_k=10,
+        search_type="semantic",
+        embedder=minilm,
+    )
+    assert hidden in {h["id"] for h in hits}
+    other = semantic_index.search(
+        "record a captured payment",
+        scope=Scope("other"),
+        top_k=10,
+        search_type="semantic",
+        embedder=minilm,
+    )
+    assert other == []
+
+
+def test_missing_model_files_are_a_coded_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNTIME_MINILM_DIR", str(tmp_path))
+    with pytest.raises(StoreError) as info:
+        make_embedder("minilm")
+    assert info.value.code == "EMBEDDINGS_UNAVAILABLE"
+    assert "model.safetensors" in str(info.value)
