@@ -175,7 +175,7 @@ class FetchNodeTexts(Action):
                 continue
             meta = selected_metadata(node.metadata, fields) if with_meta else {}
             block = format_block(node.to_dict(), compact=False, metadata=meta)
-            cost = counter.count_cached(block + "\n\n") if counter else len(block) + 2
+            cost = counter.count_block(block, "\n\n") if counter else len(block) + 2
             if used + cost > budget:
                 decisions.append(
                     {"id": nid, "decision": "skip", "reason": "over_budget", "cost": cost}

@@ -130,7 +130,7 @@ class ManageContextBudget(Action):
             lang = self._language(item)
             rule = next((r for r in rules if r.get("language") == lang), None)
             policy = rule.get("policy") if rule else None
-            before = counter.count_cached(raw + SEP)
+            before = counter.count_block(raw, SEP)
             compact = (
                 policy == "always"
                 or (policy == "threshold" and total + before > float(rule["threshold"]) * limit)
@@ -143,7 +143,7 @@ class ManageContextBudget(Action):
                 text = classifiers.compact(str(item.get("text", "")), lang, counter=counter)
                 compact = text != item.get("text")  # compaction that saves nothing is not claimed
                 block = format_block(item, compact=True, text=text) if compact else raw
-            after = counter.count_cached(block + SEP)
+            after = counter.count_block(block, SEP)
             total += after
             present.add(nid)
             per_node.append(

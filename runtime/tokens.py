@@ -118,6 +118,9 @@ class TokenCounter:
         self.encoding_name: str = encoding.name
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._split: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
+        # Recent joined sequences -> their join state, so a context that grows step by step
+        # is walked only over its new blocks (see count_joined).
+        self._joins: OrderedDict[tuple[str, tuple[str, ...]], tuple[int, str]] = OrderedDict()
         self._lock = threading.Lock()
 
     def count(self, text: str) -> int:
@@ -166,9 +169,47 @@ class TokenCounter:
         a piece), and the pre-tokeniser has no look-behind, so counts add up
         exactly at such cuts. Each block is counted once between its first and
         last cut; only the joints (last line + sep + first line) are encoded again.
+        A sequence that extends one counted recently (the context after a step) is
+        walked only over its new blocks.
         """
-        total = 0
-        joint: list[str] = []
+        if not blocks:
+            return 0
+        total, tail = self._join_state(tuple(blocks), sep)
+        return total + self.count_cached(tail)
+
+    def count_block(self, block: str, suffix: str = "") -> int:
+        """Exact count of block + suffix, reusing the block's cached middle (see count_joined)."""
+        head, tail, middle = self._parts(block)
+        if head == len(block):
+            return self.count_cached(block + suffix)
+        return self.count_cached(block[:head]) + middle + self.count_cached(block[tail:] + suffix)
+
+    def _join_state(self, blocks: tuple[str, ...], sep: str) -> tuple[int, str]:
+        """(tokens before the last joint, the last joint's text) of sep.join(blocks)."""
+        with self._lock:
+            hit = self._joins.get((sep, blocks))
+            if hit is not None:
+                self._joins.move_to_end((sep, blocks))
+                return hit
+            prefix: tuple[str, ...] = ()
+            start: tuple[int, str] | None = None
+            for (s, known), state in self._joins.items():
+                longer = s == sep and len(prefix) < len(known) < len(blocks)
+                if longer and blocks[: len(known)] == known:
+                    prefix, start = known, state
+        state = self._extend(start, blocks[len(prefix) :], sep)
+        with self._lock:
+            self._joins[(sep, blocks)] = state
+            if len(self._joins) > 16:
+                self._joins.popitem(last=False)
+        return state
+
+    def _extend(
+        self, state: tuple[int, str] | None, blocks: Sequence[str], sep: str
+    ) -> tuple[int, str]:
+        """The join state after appending blocks to a sequence in state (None: empty)."""
+        total = state[0] if state else 0
+        joint: list[str] = [state[1], sep] if state else []
         for i, block in enumerate(blocks):
             if i:
                 joint.append(sep)
@@ -179,7 +220,7 @@ class TokenCounter:
             joint.append(block[:head])
             total += self.count_cached("".join(joint)) + middle
             joint = [block[tail:]]
-        return total + (self.count_cached("".join(joint)) if joint else 0)
+        return total, "".join(joint)
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest token-boundary prefix of text with at most max_tokens tokens."""

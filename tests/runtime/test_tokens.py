@@ -184,3 +184,39 @@ def test_a_corrupted_cache_file_is_rebuilt_not_trusted(tmp_path, monkeypatch):
     bad.write_bytes(b"garbage")
     path = tokens._bpe_file("o200k_base")
     assert hashlib.sha256(path.read_bytes()).hexdigest() == SHA256["o200k_base"]
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_a_growing_context_is_counted_over_its_new_blocks_only(name):
+    counter = get_counter(name)
+    rng = random.Random(5)
+    pieces = [s[i : i + rng.randint(1, 300)] for s in SAMPLES for i in range(0, len(s), 250)]
+    context: list[str] = []
+    for step in range(12):
+        new = [f"--- NODE ---\nid: g{step}-{rng.random()}\ntext:\n{rng.choice(pieces)}"]
+        new += [rng.choice(TRICKY + pieces) for _ in range(rng.randint(0, 3))]
+        seen: list[str] = []
+
+        def spy(b: str, seen: list[str] = seen, original=counter._parts):
+            seen.append(b)
+            return original(b)
+
+        counter._parts = spy  # type: ignore[method-assign]
+        try:
+            got = counter.count_joined(context + new, "\n\n")
+        finally:
+            del counter._parts
+        assert got == counter.count("\n\n".join(context + new))
+        if context:  # the previous context was counted last step: only new blocks are walked
+            assert len(seen) == len(new)
+        context += new
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_count_block_is_exact(name):
+    counter = get_counter(name)
+    rng = random.Random(3)
+    for _ in range(500):
+        block = "".join(rng.choice(TRICKY) for _ in range(rng.randint(0, 15)))
+        suffix = rng.choice(["", "\n\n", "\n", " ", "x"])
+        assert counter.count_block(block, suffix) == counter.count(block + suffix)
