@@ -150,7 +150,7 @@ def index_paths(
     repository: str = "default",
     snapshot: str = "main",
     label_rules: Sequence[tuple[str, list[str]]] = (),
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
     embedder: Any = None,
     jobs: int | None = None,
 ) -> IndexReport:
@@ -159,6 +159,8 @@ def index_paths(
     jobs: worker processes that parse files (default: one per CPU; 1 parses in this
     process). Workers are used only when enough files changed to repay starting them.
     Results are written in file order, so the index is the same for any jobs.
+    progress(stage, done, total) is called per file: stage "read" while files are read
+    and hashed, then "parse" for each changed file written.
     """
     started = time.perf_counter()
     report = IndexReport(rebuilt=store.rebuilt)
@@ -173,7 +175,7 @@ def index_paths(
             _prepare_all(work, repository, snapshot, jobs)
         ):
             if progress:
-                progress(f"{rel} ({i + 1}/{len(work)} changed)")
+                progress("parse", i + 1, len(work))
             report.nodes += store.replace_file_rows(
                 repository, snapshot, rel, digest, rows, encoded, known=rel in known
             )
@@ -208,13 +210,16 @@ def _changed_files(
     known: dict[str, str],
     seen: set[str],
     label_rules: Sequence[tuple[str, list[str]]],
-    progress: Callable[[str], None] | None,
+    progress: Callable[[str, int, int], None] | None,
     report: IndexReport,
 ) -> list[_Work]:
     """Read every indexable file; return those whose content or labels changed."""
     own_name = Path(own).name
     work: list[_Work] = []
-    for path, rel in _files(roots):
+    files = _files(roots)
+    for done, (path, rel) in enumerate(files, 1):
+        if progress:
+            progress("read", done, len(files))
         if path.name.startswith(own_name) and str(path.resolve()).startswith(own):
             continue  # the index itself (and its -wal/-shm files) may sit inside the tree
         if path.suffix.lower() not in CODE_SUFFIXES | DOC_SUFFIXES:
@@ -233,8 +238,6 @@ def _changed_files(
         digest = hashlib.sha256(raw + repr(labels).encode()).hexdigest()
         if known.get(rel) == digest:
             report.unchanged += 1
-            if progress:
-                progress(f"{rel} (unchanged)")
             continue
         work.append((rel, text, digest, labels))
     return work

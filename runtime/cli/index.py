@@ -58,12 +58,29 @@ def index(
     store = open_store(index_path, create=True)
     rules = load_labels(labels_file)
     emb = make_embedder(embedder) if embedder else None
-    status: Any = None
-    if sys.stderr.isatty() and not as_json:  # a progress line on a terminal, never on a pipe
+    bar: Any = None
+    if sys.stderr.isatty() and not as_json:  # a progress bar on a terminal, never on a pipe
         from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-        status = Console(stderr=True).status("indexing")
-    with status or contextlib.nullcontext():
+        bar = Progress(
+            "{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            transient=True,
+            console=Console(stderr=True),
+            redirect_stdout=False,
+        )
+    with bar or contextlib.nullcontext():
+        tasks: dict[str, Any] = {}
+
+        def show(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                label = "reading files" if stage == "read" else "parsing changed files"
+                tasks[stage] = bar.add_task(label, total=total)
+            bar.update(tasks[stage], completed=done)
+
         report = index_paths(
             store,
             list(paths),
@@ -72,7 +89,7 @@ def index(
             label_rules=rules,
             embedder=emb,
             jobs=jobs,
-            progress=(lambda rel: status.update(f"indexing {rel}")) if status else None,
+            progress=show if bar else None,
         )
     if report.rebuilt:
         click.echo(

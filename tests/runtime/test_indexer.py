@@ -181,3 +181,17 @@ def test_a_type_declared_in_two_files_leaves_no_stray_full_text_rows(tmp_path):
     assert nodes == fts
     ids = [r[0] for r in db.execute("SELECT id FROM nodes WHERE kind = 'class'")]
     assert ids == ["r::main::class::Shop.Ledger"]
+
+
+def test_progress_reports_reading_then_parsing(tmp_path):
+    root = _copy(tmp_path)
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    calls: list[tuple[str, int, int]] = []
+    index_paths(store, [str(root)], repository="r", progress=lambda *a: calls.append(a))
+    reads = [c for c in calls if c[0] == "read"]
+    parses = [c for c in calls if c[0] == "parse"]
+    assert reads[-1] == ("read", 26, 26) and [c[1] for c in reads] == list(range(1, 27))
+    assert parses[-1] == ("parse", 26, 26)
+    calls.clear()
+    index_paths(store, [str(root)], repository="r", progress=lambda *a: calls.append(a))
+    assert {c[0] for c in calls} == {"read"}  # nothing changed: nothing parsed
