@@ -66,6 +66,8 @@ _NOT_CS = [
 # Literals without which a signal's regex cannot match: checking them first (a plain
 # substring test) skips the regex on most texts.
 _GATES = {
+    "namespace": ("namespace",),
+    "using directive": ("using",),
     "type declaration": ("class", "record", "struct", "interface", "enum"),
     "typed member": ("public", "private", "protected", "internal"),
     "attribute": ("[",),
