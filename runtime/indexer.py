@@ -391,16 +391,16 @@ def _resolve_edges(
     by_path = {**{rel: _from_summary(s) for rel, s in stored.items()}, **fresh}
     # In path order: where a name is ambiguous, the first candidates win (deterministic).
     exs = [by_path[rel] for rel in sorted(by_path)]
-    kind_of = {s.qualified_name: s.kind for ex in exs for s in ex.symbols}
-    edges = []
-    for e in classifiers.resolve(exs):
-        fk, tk = kind_of.get(e.from_qn), kind_of.get(e.to_qn)
-        if fk and tk and fk != "namespace" and tk != "namespace":
-            edges.append(
-                (
-                    node_id(repository, snapshot, fk, e.from_qn),
-                    node_id(repository, snapshot, tk, e.to_qn),
-                    e.edge_type,
-                )
-            )
+    # Node ids of every symbol that is a node (namespaces are not), formatted once each.
+    ids = {
+        sym.qualified_name: node_id(repository, snapshot, sym.kind, sym.qualified_name)
+        for ex in exs
+        for sym in ex.symbols
+        if sym.kind != "namespace"
+    }
+    edges = [
+        (ids[e.from_qn], ids[e.to_qn], e.edge_type)
+        for e in classifiers.resolve(exs)
+        if e.from_qn in ids and e.to_qn in ids
+    ]
     return store.replace_edges(repository, snapshot, edges)
