@@ -26,14 +26,27 @@ __all__ = [
 ]
 
 
-def extract(text: str, path: str | None = None) -> Extraction:
-    """Symbols and dependencies of a C# or T-SQL text (other kinds: none)."""
-    from classifiers import csharp, tsql
+def extract(text: str, path: str | None = None, *, detail: bool = True) -> Extraction:
+    """Symbols and dependencies of a C# or T-SQL text (other kinds: none).
 
-    c = classify(text, path)
-    ex = Extraction(c.kind, c.language, path=path)
-    if c.language == "dotnet":
+    detail=False (the indexer): the language is decided with the least evidence
+    (code_classifier.language_only) and a C# file's kind is DOTNET_WITH_SQL when its
+    extraction found SQL it uses, instead of classify()'s regex count of SQL literals.
+    """
+    from classifiers import csharp, tsql
+    from classifiers.code_classifier import language_only
+
+    if detail:
+        c = classify(text, path)
+        kind, language = c.kind, c.language
+    else:
+        language = language_only(text, path)
+        kind = {"dotnet": "DOTNET", "sql": "SQL"}.get(language, "UNKNOWN")
+    ex = Extraction(kind, language, path=path)
+    if language == "dotnet":
         ex.symbols, ex.dependencies, ex.usings, _ = csharp.extract(text)
-    elif c.language == "sql":
+        if not detail and any(d.edge_type == "UsesSql" for d in ex.dependencies):
+            ex.kind = "DOTNET_WITH_SQL"
+    elif language == "sql":
         ex.symbols, ex.dependencies = tsql.extract(text)
     return ex

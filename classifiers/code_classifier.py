@@ -165,6 +165,30 @@ def _gate(name: str, text: str) -> bool:
     return gate is None or any(literal in text for literal in gate)
 
 
+_GO_LINE = re.compile(r"(?im)^\s*GO\s*$")
+
+
+def language_only(text: str, path: str | None = None) -> str:
+    """The language classify() decides, gathering only the evidence the decision needs.
+
+    No confidence, no reasons, no embedded-SQL count: the first C# signal, the first
+    distinct T-SQL constructs. A test holds it equal to classify().language.
+    """
+    if not text.strip():
+        return "unknown"
+    ext = PurePath(path).suffix.lower() if path else ""
+    if any(_gate(name, text) and rx.search(text) for name, rx in _CS_SIGNALS) and not any(
+        _gate(name, text) and rx.search(text) for name, rx in _NOT_CS
+    ):
+        decls, err = _cs_parse_evidence(text)
+        if decls and err < 0.15:
+            return "dotnet"
+    hits = tsql.sql_evidence(text, stop_at=2)
+    if hits >= 2 or (hits == 1 and (ext == ".sql" or _GO_LINE.search(text))):
+        return "sql"
+    return "unknown"
+
+
 def classify(text: str, path: str | None = None) -> Classification:
     """Kind, language, confidence and reasons for a source text (path is only a hint)."""
     reasons: list[str] = []
@@ -191,7 +215,7 @@ def classify(text: str, path: str | None = None) -> Classification:
                 )
             return Classification("DOTNET", "dotnet", round(confidence, 2), tuple(reasons))
     sql_hits = tsql.sql_evidence(text)  # only now: C# text needs no T-SQL scan
-    go_lines = len(re.findall(r"(?im)^\s*GO\s*$", text))
+    go_lines = len(_GO_LINE.findall(text))
     if sql_hits >= 2 or (sql_hits >= 1 and (go_lines or ext == ".sql")):
         reasons.append(
             f"T-SQL: {sql_hits} construct(s)"

@@ -207,10 +207,17 @@ _CTE_UP = _case_sensitive(_CTE)
 _ALIAS_TARGET_UP = _case_sensitive(_ALIAS_TARGET)
 
 
-def sql_evidence(text: str) -> int:
-    """Number of distinct T-SQL constructs found outside comments and strings."""
-    found = _SQL_EVIDENCE_UP.finditer(upper_ascii(blank(text)))
-    return len({m.group(0).split(None, 1)[0] for m in found})
+def sql_evidence(text: str, stop_at: int = 0) -> int:
+    """Number of distinct T-SQL constructs found outside comments and strings.
+
+    stop_at: stop counting once that many are found (0: count them all).
+    """
+    seen: set[str] = set()
+    for m in _SQL_EVIDENCE_UP.finditer(upper_ascii(blank(text))):
+        seen.add(m.group(0).split(None, 1)[0])
+        if len(seen) == stop_at:
+            break
+    return len(seen)
 
 
 def _line(text: str, offset: int) -> int:

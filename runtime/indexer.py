@@ -301,7 +301,7 @@ def _prepare(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
     summary: dict[str, Any] = {"kind": "UNKNOWN", "language": "unknown", "symbols": [], "deps": []}
     searchable: dict[str, str] = {}
     if Path(rel).suffix.lower() in CODE_SUFFIXES:
-        ex = classifiers.extract(text, rel)
+        ex = classifiers.extract(text, rel, detail=False)
         summary = _summary(ex)
         searchable = _declarations_only(ex.symbols)
         for s in ex.symbols:

@@ -76,3 +76,27 @@ def test_member_snippet_and_lowercase_sql():
         classifiers.classify("select o.id from dbo.orders o where o.total > 10;\ngo\n").kind
         == "SQL"
     )
+
+
+def test_the_indexers_quick_decision_equals_classify():
+    """language_only gathers less evidence but must decide exactly as classify()."""
+    import sys
+    from pathlib import Path
+
+    from classifiers.code_classifier import classify, language_only
+
+    root = Path(__file__).resolve().parent.parent.parent
+    sys.path.insert(0, str(root / "benchmarks"))
+    from corpus import codebase, corpus
+
+    texts = [(name, text) for seed in (1, 2, 3) for _, name, text in corpus(300, seed=seed)]
+    texts += codebase(4, members=(4, 7), steps=(0, 2))
+    texts += [(str(p), p.read_text()) for p in (root / "tests" / "data" / "code").rglob("*.*")]
+    texts += [
+        ("x.sql", "SELECT 1"),
+        ("x.txt", "SELECT a FROM b"),
+        ("x.cs", ""),
+        ("y", "GO\nSELECT 1"),
+    ]
+    for name, text in texts:
+        assert language_only(text, name) == classify(text, name).language, name
