@@ -152,7 +152,7 @@ def doc_before(text: str, offset: int) -> str:
     `--` lines or one `/* */` block, directly above (no blank line between), as SQL
     headers document procedures; rulers (`-- =====`) are skipped.
     """
-    above = text[:offset].rstrip(" \t").split("\n")
+    above = text[max(0, offset - 4000) : offset].rstrip(" \t").split("\n")  # not the whole file
     if above and not above[-1].strip():
         above.pop()  # the line break ending the comment
     lines: list[str] = []
