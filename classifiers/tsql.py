@@ -48,7 +48,11 @@ _KEYWORDS_TEXT = (
 )
 _KEYWORDS = set(_KEYWORDS_TEXT.split())
 _DML = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|MERGE|TRUNCATE)\b", re.I)
-_DML_WORDS = ("SELECT", "INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE")
+_DML_WORD = {
+    op: re.compile(rf"\b{op}\b")
+    for op in ("SELECT", "INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE")
+}
+_AS_PAREN = re.compile(r"\bAS\s*\(")
 _SQL_EVIDENCE = re.compile(
     r"\b(CREATE\s+(OR\s+ALTER\s+)?(PROC(EDURE)?|TABLE|VIEW|FUNCTION|TRIGGER|(UNIQUE\s+)?"
     r"(NON)?(CLUSTERED\s+)?INDEX)\s+[\w\[#]|"
@@ -258,7 +262,8 @@ def references(body: str) -> SqlRefs:
     def name_of(m: re.Match[str], group: str = "name") -> str:
         return clean[m.start(group) : m.end(group)]
 
-    ctes = {normalize(name_of(m)) for m in _CTE_UP.finditer(up)}
+    # Every CTE has `AS (`: without one, the comma-by-comma CTE scan is skipped.
+    ctes = {normalize(name_of(m)) for m in _CTE_UP.finditer(up)} if _AS_PAREN.search(up) else set()
     aliases = {
         name_of(m, "alias").lower(): normalize(name_of(m)) for m in _ALIAS_TARGET_UP.finditer(up)
     }
@@ -285,7 +290,7 @@ def references(body: str) -> SqlRefs:
         executes=list(dict.fromkeys(collect(_EXEC_UP) + calls)),
     )
     refs.reads = [r for r in refs.reads if r not in refs.executes]
-    refs.operations = sorted({op for op in _DML_WORDS if op in up and re.search(rf"\b{op}\b", up)})
+    refs.operations = sorted(op for op, rx in _DML_WORD.items() if op in up and rx.search(up))
     refs.transaction = bool(_BEGIN_TRAN.search(clean))
     refs.try_catch = bool(_BEGIN_TRY.search(clean))
     return refs
