@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -243,10 +244,19 @@ class OpenAIEmbedder:
         return [d["embedding"] for d in sorted(data, key=lambda d: d["index"])]
 
 
+@functools.lru_cache(maxsize=2)
+def _minilm(model_dir: Path) -> MiniLMEmbedder:
+    """One encoder per model folder: its 90 MB of weights load once per process.
+
+    Shared safely: the weights are only read, and the tokenizer's encode takes no state.
+    """
+    return MiniLMEmbedder(model_dir)
+
+
 def make_embedder(spec: str) -> Any:
     """`minilm`, `hashing`, or `openai:MODEL@BASE_URL`."""
     if spec == "minilm":
-        return MiniLMEmbedder()
+        return _minilm(minilm_dir().resolve())
     if spec == "hashing":
         return HashingEmbedder()
     if spec.startswith("openai:") and "@" in spec:

@@ -97,3 +97,45 @@ def test_missing_model_files_are_a_coded_error(tmp_path, monkeypatch):
         make_embedder("minilm")
     assert info.value.code == "EMBEDDINGS_UNAVAILABLE"
     assert "model.safetensors" in str(info.value)
+
+
+def test_the_encoder_loads_once_per_model_folder(minilm_dir, monkeypatch):
+    monkeypatch.setenv("RUNTIME_MINILM_DIR", str(minilm_dir))
+    assert make_embedder("minilm") is make_embedder("minilm")
+
+
+def test_a_pipeline_searches_semantically_with_the_real_model(
+    semantic_index, minilm_dir, monkeypatch
+):
+    """search_nodes with search_type semantic, through the engine, the model from settings' env."""
+    from runtime.engine import Engine
+    from runtime.pipeline import Pipeline
+    from runtime.services import Services
+
+    monkeypatch.setenv("RUNTIME_MINILM_DIR", str(minilm_dir))
+    settings = {"entry_step_id": "s"}
+    steps = [
+        {
+            "id": "s",
+            "action": "search_nodes",
+            "query_from": "q",
+            "search_type": "hybrid",
+            "top_k": 5,
+            "next": "end",
+        },
+        {"id": "end", "action": "finalize", "source": "retrieval_query"},
+    ]
+    engine = Engine(
+        Pipeline.from_dict({"settings": settings, "steps": steps}),
+        services=Services(settings=settings, node_store=semantic_index),
+    )
+    state = engine.run(
+        {
+            "q": "remove everything from the shopping cart",
+            "repository": "eshop",
+            "snapshot": "main",
+        },
+        run_id="sem",
+    ).state
+    assert state["retrieval_mode"] == "hybrid"
+    assert any("ClearAsync" in nid for nid in state["retrieval_seed_nodes"])
