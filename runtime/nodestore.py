@@ -431,6 +431,8 @@ _SCHEMA = [
         path TEXT NOT NULL, language TEXT NOT NULL, start_line INT, end_line INT, text TEXT NOT NULL,
         metadata TEXT NOT NULL, labels TEXT NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS nodes_path ON nodes (repository, snapshot, path)",
+    # The named search pass looks names up case-insensitively (built on open if missing).
+    "CREATE INDEX IF NOT EXISTS nodes_name ON nodes (name COLLATE NOCASE)",
     "CREATE TABLE IF NOT EXISTS node_labels (node INTEGER NOT NULL, label TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS node_labels_node ON node_labels (node)",
     """CREATE VIRTUAL TABLE IF NOT EXISTS nodes_fts USING fts5(
@@ -825,7 +827,8 @@ class SqliteNodeStore:
         rows = (
             self.conn()
             .execute(
-                f"SELECT n.rowid, n.id, n.path, n.kind, n.name FROM nodes n "
+                # INDEXED BY: without statistics the planner would scan the scope's index.
+                f"SELECT n.rowid, n.id, n.path, n.kind, n.name FROM nodes n INDEXED BY nodes_name "
                 f"WHERE n.name COLLATE NOCASE IN ({marks}) AND {where}{fsql}",
                 [*names, *args, *fargs],
             )
@@ -833,13 +836,22 @@ class SqliteNodeStore:
         )
         if not rows:
             return []
-        scores = dict(
-            self.conn().execute(
-                f"SELECT rowid, {_BM25} FROM nodes_fts WHERE nodes_fts MATCH ? "
-                f"AND rowid IN ({','.join('?' * len(rows))})",
-                [fts_query(query, "any") or '""', *[r[0] for r in rows]],
+        # Each node's score is the BM25 of its own name (as one joined identifier word),
+        # looked up by rowid: scoring the whole question would rank every node its common
+        # words match. Many same-named nodes (`Id`) are cut to the first 64 by id.
+        rows = sorted(rows, key=lambda r: r[1])[:64]
+        scores: dict[int, float] = {}
+        for r in rows:
+            word = "".join(split_identifier(r[4])) or r[4].lower()
+            found = (
+                self.conn()
+                .execute(
+                    f"SELECT {_BM25} FROM nodes_fts WHERE nodes_fts MATCH ? AND rowid = ?",
+                    (f'"{word}"', r[0]),
+                )
+                .fetchone()
             )
-        )
+            scores[r[0]] = found[0] if found else 0.0
         kinds = kinds_in(query)
         rows.sort(key=lambda r: (r[3] not in kinds, scores.get(r[0], 0.0), r[1]))
         return [
