@@ -47,7 +47,6 @@ _KEYWORDS_TEXT = (
     "openrowset sp_executesql"
 )
 _KEYWORDS = set(_KEYWORDS_TEXT.split())
-_DML = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|MERGE|TRUNCATE)\b", re.I)
 _DML_WORD = {
     op: re.compile(rf"\b{op}\b")
     for op in ("SELECT", "INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE")
