@@ -258,17 +258,30 @@ def _prepare_all(
         return
     import multiprocessing
     import threading
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    from runtime.errors import StoreError
 
     # fork shares the already-imported parsers; with other threads alive fork is unsafe,
     # so a fresh interpreter is started instead.
     method = "fork" if hasattr(os, "fork") and threading.active_count() == 1 else "spawn"
     batch = functools.partial(_prepare_batch, repository=repository, snapshot=snapshot)
     gc.freeze()  # forked workers then do not copy every page the collector would touch
+    # An executor, not multiprocessing.Pool: a worker that cannot start (spawn from an
+    # interactive session) breaks it with an error instead of being restarted forever.
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method))
     try:
-        with multiprocessing.get_context(method).Pool(jobs) as pool:
-            for results in pool.imap(batch, _batches(work, jobs)):
-                yield from results
+        for results in pool.map(batch, _batches(work, jobs)):
+            yield from results
+    except BrokenProcessPool as exc:
+        raise StoreError(
+            f"the indexer's worker processes stopped ({method}): {exc}; index with jobs=1 "
+            "(runtime index --jobs 1)",
+            code="INDEX_ERROR",
+        ) from exc
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         gc.unfreeze()
 
 

@@ -195,3 +195,24 @@ def test_progress_reports_reading_then_parsing(tmp_path):
     calls.clear()
     index_paths(store, [str(root)], repository="r", progress=lambda *a: calls.append(a))
     assert {c[0] for c in calls} == {"read"}  # nothing changed: nothing parsed
+
+
+def test_workers_start_fresh_interpreters_when_other_threads_run(tmp_path, monkeypatch):
+    """With a thread alive fork is unsafe: spawned workers build the same index."""
+    import threading
+
+    import runtime.indexer as indexer
+
+    monkeypatch.setattr(indexer, "PARALLEL_MIN_FILES", 1)
+    done = threading.Event()
+    waiting = threading.Thread(target=done.wait, daemon=True)
+    waiting.start()
+    try:
+        spawned = open_store(str(tmp_path / "spawned.db"), create=True)
+        index_paths(spawned, [str(SAMPLE_ROOT)], repository="r", jobs=2)
+    finally:
+        done.set()
+        waiting.join()
+    serial = open_store(str(tmp_path / "serial.db"), create=True)
+    index_paths(serial, [str(SAMPLE_ROOT)], repository="r", jobs=1)
+    assert _dump(spawned) == _dump(serial)
