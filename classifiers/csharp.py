@@ -160,6 +160,25 @@ def _type_names(node: Any) -> list[str]:
     return out
 
 
+def _variable_declaration(field: Any) -> Any:
+    """The `variable_declaration` of a field (None when a broken file has none)."""
+    return next((c for c in field.named_children if c.type == "variable_declaration"), None)
+
+
+def _field_type(field: Any) -> Any:
+    """The type node of a field declaration, if it has one."""
+    decl = _variable_declaration(field)
+    return decl.child_by_field_name("type") if decl is not None else None
+
+
+def _declarators(field: Any) -> list[Any]:
+    """The declared variables of a field (`int a = 1, b;` -> a, b); none when broken."""
+    decl = _variable_declaration(field)
+    if decl is None:
+        return []
+    return [c for c in decl.named_children if c.type == "variable_declarator"]
+
+
 def _string_value(node: Any) -> str:
     if node.type in (
         "string_literal",
@@ -257,7 +276,7 @@ class _Walker:
         members = body.named_children if body is not None else []
         for member in members:  # first: fields holding SQL, used by any member
             if member.type == "field_declaration":
-                for decl in member.named_children[-1].named_children[1:]:
+                for decl in _declarators(member):
                     value = decl.named_children[-1] if decl.named_children else None
                     text = value is not None and (_string_value(value) or _concatenation(value))
                     if text and tsql.sql_evidence(text):
@@ -269,11 +288,7 @@ class _Walker:
                 self.member(member, _MEMBERS[member.type], qn)
             elif member.type == "field_declaration":
                 sym.metadata["fields"] = sym.metadata.get("fields", 0) + 1
-                for t in (
-                    _type_names(member.named_children[-1].named_children[0])
-                    if member.named_children
-                    else []
-                ):
+                for t in _type_names(_field_type(member)) if _field_type(member) else []:
                     if t not in _BUILTIN_TYPES and t != name:
                         self.deps.append(Dependency(qn, t, "References", member.start_point[0] + 1))
 

@@ -14,7 +14,7 @@ import hashlib
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ class IndexReport:
     seconds: float = 0.0
     bytes: int = 0
     rebuilt: bool = False  # the index had an older layout and was rebuilt from scratch
+    failed: list[dict[str, str]] = field(default_factory=list)  # {path, error} not indexed
 
     def to_dict(self) -> dict[str, Any]:
         """The `runtime index --json` object (plus detail counters)."""
@@ -171,11 +172,17 @@ def index_paths(
     with store.batch():
         new_vectors: dict[str, bytes] = {}
         fresh: dict[str, Any] = {}  # path -> Extraction of the files parsed now
-        for i, (rel, digest, rows, summary, encoded) in enumerate(
+        for i, (rel, digest, rows, summary, encoded, error) in enumerate(
             _prepare_all(work, repository, snapshot, jobs)
         ):
             if progress:
                 progress("parse", i + 1, len(work))
+            if error is not None:
+                # Reported, not fatal: the file loses its old nodes and, with no hash
+                # stored, is parsed again next time.
+                store.delete_file(repository, snapshot, rel)
+                report.failed.append({"path": rel, "error": error})
+                continue
             report.nodes += store.replace_file_rows(
                 repository, snapshot, rel, digest, rows, encoded, known=rel in known
             )
@@ -198,8 +205,9 @@ def index_paths(
 
 # (relative path, text, content hash, labels) of a file to parse.
 _Work = tuple[str, str, str, list[str]]
-# (relative path, hash, encoded node rows, extraction summary, the summary encoded).
-_Prepared = tuple[str, str, list[NodeRow], dict[str, Any], bytes]
+# (relative path, hash, encoded node rows, extraction summary, the summary encoded, the
+# error that stopped the file's parsing or None).
+_Prepared = tuple[str, str, list[NodeRow], dict[str, Any], bytes, str | None]
 # Below this many changed files, starting worker processes costs more than it saves.
 PARALLEL_MIN_FILES = 64
 
@@ -305,7 +313,18 @@ def _prepare_batch(items: list[_Work], *, repository: str, snapshot: str) -> lis
 
 
 def _prepare(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
-    """Nodes, FTS rows and the extraction summary of one file (runs in a worker)."""
+    """Nodes, FTS rows and the extraction summary of one file (runs in a worker).
+
+    A file the extractors fail on is returned with the error, so one broken file is
+    reported instead of stopping the whole index (fuzzing found such files once).
+    """
+    try:
+        return _parse(item, repository=repository, snapshot=snapshot)
+    except Exception as exc:  # reported per file by index_paths, never dropped
+        return item[0], item[2], [], {}, b"", f"{type(exc).__name__}: {exc}"
+
+
+def _parse(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
     import classifiers
     from runtime.nodestore import encode_extraction, node_row
 
@@ -358,7 +377,7 @@ def _prepare(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
                 )
             )
     rows = [node_row(n, searchable.get(n.qualified_name)) for n in nodes]
-    return rel, digest, rows, summary, encode_extraction(summary)
+    return rel, digest, rows, summary, encode_extraction(summary), None
 
 
 def _declarations_only(symbols: Sequence[Any]) -> dict[str, str]:

@@ -96,13 +96,20 @@ def index(
             f"note: {store.path} had the layout of another version; it was rebuilt from scratch",
             err=True,
         )
+    for failure in report.failed:
+        click.echo(f"warning: {failure['path']} not indexed: {failure['error']}", err=True)
     if as_json:
         d = report.to_dict()
-        click.echo(json.dumps({k: d[k] for k in ("files", "nodes", "edges", "skipped", "seconds")}))
+        keys = ("files", "nodes", "edges", "skipped", "seconds") + (
+            ("failed",) if d["failed"] else ()
+        )
+        click.echo(json.dumps({k: d[k] for k in keys}))
     else:
         click.echo(
             f"indexed {report.files} file(s) ({report.unchanged} unchanged, {report.deleted} "
-            f"deleted, {report.skipped} skipped): {report.nodes} node(s) written, "
+            f"deleted, {report.skipped} skipped"
+            + (f", {len(report.failed)} failed" if report.failed else "")
+            + f"): {report.nodes} node(s) written, "
             f"{report.edges} edge(s), {report.seconds:.2f}s -> {store.path}"
         )
 

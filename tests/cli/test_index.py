@@ -130,3 +130,27 @@ def test_semantic_search_without_the_model_is_coded(runner, tmp_path, monkeypatc
     found = runner.invoke(cli, ["search", "x", "--index", idx, "--type", "semantic"])
     assert found.exit_code == 1 and "EMBEDDINGS_UNAVAILABLE" in found.stderr
     assert "pip install" in found.stderr or "model.safetensors" in found.stderr
+
+
+def test_failed_files_are_warned_and_listed(runner, tmp_path, monkeypatch):
+    import classifiers
+
+    real = classifiers.extract
+
+    def extract(text, path=None, **kw):
+        if path and path.endswith("usp_LogEvent.sql"):
+            raise ValueError("boom")
+        return real(text, path, **kw)
+
+    monkeypatch.setattr(classifiers, "extract", extract)
+    result = runner.invoke(
+        cli, ["index", str(SAMPLE_ROOT), "--index", str(tmp_path / "i.db"), "--jobs", "1", "--json"]
+    )
+    assert result.exit_code == 0
+    assert (
+        "warning: Database/Procedures/usp_LogEvent.sql not indexed: ValueError: boom"
+        in result.stderr
+    )
+    assert json.loads(result.stdout)["failed"] == [
+        {"path": "Database/Procedures/usp_LogEvent.sql", "error": "ValueError: boom"}
+    ]

@@ -216,3 +216,44 @@ def test_workers_start_fresh_interpreters_when_other_threads_run(tmp_path, monke
     serial = open_store(str(tmp_path / "serial.db"), create=True)
     index_paths(serial, [str(SAMPLE_ROOT)], repository="r", jobs=1)
     assert _dump(spawned) == _dump(serial)
+
+
+def test_a_file_the_extractor_fails_on_is_reported_not_fatal(tmp_path, monkeypatch):
+    import classifiers
+
+    root = _copy(tmp_path)
+    real = classifiers.extract
+
+    def extract(text, path=None, **kw):
+        if path and path.endswith("BasketService.cs"):
+            raise IndexError("list index out of range")
+        return real(text, path, **kw)
+
+    monkeypatch.setattr(classifiers, "extract", extract)
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    report = index_paths(store, [str(root)], repository="r", jobs=1)
+    assert report.failed == [
+        {
+            "path": "src/Eshop.Core/Services/BasketService.cs",
+            "error": "IndexError: list index out of range",
+        }
+    ]
+    assert report.nodes > 100 and report.edges > 50  # everything else is indexed
+    service = "r::main::class::Eshop.Core.Services.BasketService"
+    assert store.get_nodes([service], scope=Scope("r")) == {}
+    monkeypatch.setattr(classifiers, "extract", real)
+    again = index_paths(store, [str(root)], repository="r", jobs=1)
+    assert again.failed == [] and again.files - again.unchanged == 1  # parsed again, now fine
+    assert set(store.get_nodes([service], scope=Scope("r"))) == {service}
+
+
+def test_broken_csharp_fields_do_not_stop_extraction():
+    """Found by fuzzing: half-typed fields, as a file has while someone edits it."""
+    import classifiers
+
+    for field in ("int x = ;", "private int x, ;"):
+        broken = (
+            "namespace N;\npublic class A\n{\n    " + field + "\n    public int B { get; }\n}\n"
+        )
+        ex = classifiers.extract(broken, "A.cs")
+        assert {"N.A", "N.A.B"} <= {s.qualified_name for s in ex.symbols}
