@@ -198,7 +198,10 @@ def index_paths(
             report.deleted += 1
         if new_vectors:
             store.put_vectors(embedder.name, new_vectors)
-        report.edges = _resolve_edges(store, repository, snapshot, fresh, seen - set(fresh))
+        if work or report.deleted:
+            report.edges = _resolve_edges(store, repository, snapshot, fresh, seen - set(fresh))
+        else:  # nothing changed: the edges are those of the last run
+            report.edges = store.edge_count(repository, snapshot)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 

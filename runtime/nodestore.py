@@ -711,6 +711,20 @@ class SqliteNodeStore:
             )
         return len(new)
 
+    def edge_count(self, repository: str, snapshot: str) -> int:
+        """Edges of a repository snapshot (their key range, as in replace_edges)."""
+        prefix = node_id(repository, snapshot, "", "")[:-2]
+        row = (
+            self.conn()
+            .execute(
+                "SELECT count(*) FROM edges WHERE from_id >= ? AND from_id < ? "
+                "AND repository = ? AND snapshot = ?",
+                (prefix, prefix[:-1] + ";", repository, snapshot),
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
     def put_vectors(self, model: str, vectors: dict[str, bytes]) -> None:
         """Store embedding vectors (float32 bytes) by node id."""
         with self._write() as db:
