@@ -22,7 +22,9 @@ from runtime.nodestore import Node, NodeRow, SqliteNodeStore, node_id
 
 CODE_SUFFIXES = {".cs", ".sql"}
 DOC_SUFFIXES = {".md", ".markdown", ".txt", ".rst"}
-SKIP_DIRS = {".git", "bin", "obj", "node_modules", ".vs", ".idea", "__pycache__", ".runtime"}
+# Never walked: build output, dependencies, virtual environments, and every folder whose
+# name starts with a dot (.git, .vs, .venv, tool caches).
+SKIP_DIRS = {"bin", "obj", "node_modules", "__pycache__", "venv"}
 MAX_CHUNK_CHARS = 2500
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
 
@@ -79,15 +81,28 @@ def labels_for(rel: str, rules: Sequence[tuple[str, list[str]]]) -> list[str]:
 
 
 def _files(roots: Sequence[str]) -> list[tuple[Path, str]]:
+    """(path, path relative to its root) of every file under roots, in path order.
+
+    Skipped folders (.git, node_modules, bin, obj, ...) are pruned, not walked and then
+    filtered: a repository's .git alone can hold more files than its code.
+    """
+    import os
+
     out = []
     for root in roots:
         base = Path(root)
         if base.is_file():
             out.append((base, base.name))
             continue
-        for p in sorted(base.rglob("*")):
-            if p.is_file() and not any(part in SKIP_DIRS for part in p.relative_to(base).parts):
-                out.append((p, p.relative_to(base).as_posix()))
+        found = []
+        for folder, dirs, names in os.walk(base):
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+            here = Path(folder)
+            for name in names:
+                path = here / name
+                if path.is_file():
+                    found.append((path, path.relative_to(base).as_posix()))
+        out += sorted(found, key=lambda item: item[1])
     return out
 
 

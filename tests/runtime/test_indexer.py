@@ -257,3 +257,23 @@ def test_broken_csharp_fields_do_not_stop_extraction():
         )
         ex = classifiers.extract(broken, "A.cs")
         assert {"N.A", "N.A.B"} <= {s.qualified_name for s in ex.symbols}
+
+
+def test_build_output_dependencies_and_dot_folders_are_not_walked(tmp_path):
+    root = tmp_path / "repo"
+    code = "namespace N;\npublic class A { public void Run() { } }\n"
+    for rel in (
+        "src/A.cs",
+        ".git/objects/B.cs",
+        "node_modules/x/C.cs",
+        "bin/Debug/D.cs",
+        ".venv/E.cs",
+    ):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(code.replace("A", Path(rel).stem))
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    report = index_paths(store, [str(root)], repository="r")
+    assert report.files == 1
+    assert {
+        n.path for n in store.get_nodes(["r::main::class::N.A"], scope=Scope("r")).values()
+    } == {"src/A.cs"}
