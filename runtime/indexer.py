@@ -43,10 +43,42 @@ class IndexReport:
     bytes: int = 0
     rebuilt: bool = False  # the index had an older layout and was rebuilt from scratch
     failed: list[dict[str, str]] = field(default_factory=list)  # {path, error} not indexed
+    encodings: dict[str, str] = field(default_factory=dict)  # path -> encoding, when not UTF-8
 
     def to_dict(self) -> dict[str, Any]:
         """The `runtime index --json` object (plus detail counters)."""
         return asdict(self)
+
+
+def decode_source(raw: bytes) -> tuple[str | None, str]:
+    """(text, encoding) of a source file; (None, "binary") when it is not text.
+
+    A byte-order mark decides (SSMS saves scripts as UTF-16 with one); without one, UTF-8,
+    else Windows-1252, which SQL Server tools and older Visual Studio wrote by default.
+    A NUL byte without a UTF-16 mark means binary.
+    """
+    for bom, name in (
+        (b"\xef\xbb\xbf", "utf-8-sig"),
+        (b"\xff\xfe\x00\x00", "utf-32"),
+        (b"\x00\x00\xfe\xff", "utf-32"),
+        (b"\xff\xfe", "utf-16"),
+        (b"\xfe\xff", "utf-16"),
+    ):
+        if raw.startswith(bom):
+            try:
+                return raw.decode(name), name
+            except UnicodeDecodeError:
+                return None, "binary"
+    if b"\x00" in raw:
+        return None, "binary"
+    try:
+        return raw.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    try:
+        return raw.decode("cp1252"), "windows-1252"
+    except UnicodeDecodeError:  # a byte cp1252 leaves undefined: not text in any of these
+        return None, "binary"
 
 
 def load_labels(path: str | None) -> list[tuple[str, list[str]]]:
@@ -252,11 +284,12 @@ def _changed_files(
             report.skipped += 1
             continue
         raw = path.read_bytes()
-        try:
-            text = raw.decode("utf-8-sig")
-        except UnicodeDecodeError:
+        text, encoding = decode_source(raw)
+        if text is None:
             report.skipped += 1
             continue
+        if encoding not in ("utf-8", "utf-8-sig"):
+            report.encodings[rel] = encoding
         report.files += 1
         report.bytes += len(raw)
         seen.add(rel)

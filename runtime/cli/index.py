@@ -96,6 +96,13 @@ def index(
             f"note: {store.path} had the layout of another version; it was rebuilt from scratch",
             err=True,
         )
+    if report.encodings:
+        first = next(iter(report.encodings.items()))
+        click.echo(
+            f"note: {len(report.encodings)} file(s) were not UTF-8 and were read by their "
+            f"byte-order mark or as Windows-1252 (e.g. {first[0]}: {first[1]})",
+            err=True,
+        )
     for failure in report.failed:
         click.echo(f"warning: {failure['path']} not indexed: {failure['error']}", err=True)
     if as_json:

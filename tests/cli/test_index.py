@@ -154,3 +154,14 @@ def test_failed_files_are_warned_and_listed(runner, tmp_path, monkeypatch):
     assert json.loads(result.stdout)["failed"] == [
         {"path": "Database/Procedures/usp_LogEvent.sql", "error": "ValueError: boom"}
     ]
+
+
+def test_files_not_in_utf8_are_noted(runner, tmp_path):
+    src = tmp_path / "db"
+    src.mkdir()
+    (src / "p.sql").write_bytes(
+        "-- Réservé\nCREATE PROCEDURE dbo.p AS SELECT 1;\n".encode("cp1252")
+    )
+    result = runner.invoke(cli, ["index", str(src), "--index", str(tmp_path / "i.db")])
+    assert result.exit_code == 0
+    assert "1 file(s) were not UTF-8" in result.stderr and "p.sql: windows-1252" in result.stderr

@@ -277,3 +277,28 @@ def test_build_output_dependencies_and_dot_folders_are_not_walked(tmp_path):
     assert {
         n.path for n in store.get_nodes(["r::main::class::N.A"], scope=Scope("r")).values()
     } == {"src/A.cs"}
+
+
+def test_sql_scripts_saved_as_utf16_or_windows_1252_are_read(tmp_path):
+    """SSMS saves scripts as UTF-16 with a byte-order mark; older tools wrote Windows-1252."""
+    from runtime.indexer import decode_source
+
+    root = tmp_path / "db"
+    root.mkdir()
+    proc = "-- Clôture du mois\nCREATE PROCEDURE dbo.usp_CloseMonth AS UPDATE dbo.Ledger SET Closed = 1;\n"
+    (root / "usp_CloseMonth.sql").write_bytes(proc.encode("utf-16"))  # with its BOM
+    (root / "usp_Audit.sql").write_bytes(
+        "-- Résumé\nCREATE PROCEDURE dbo.usp_Audit AS SELECT 1 FROM dbo.Ledger;\n".encode("cp1252")
+    )
+    (root / "data.sql").write_bytes(b"\x00\x01binary\x00")
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    report = index_paths(store, [str(root)], repository="r")
+    assert report.files == 2 and report.skipped == 1
+    assert report.encodings == {"usp_Audit.sql": "windows-1252", "usp_CloseMonth.sql": "utf-16"}
+    found = store.get_nodes(
+        ["r::main::procedure::dbo.usp_CloseMonth", "r::main::procedure::dbo.usp_Audit"],
+        scope=Scope("r"),
+    )
+    assert found["r::main::procedure::dbo.usp_CloseMonth"].metadata["doc"] == "Clôture du mois"
+    assert found["r::main::procedure::dbo.usp_Audit"].metadata["doc"] == "Résumé"
+    assert decode_source("é".encode()) == ("é", "utf-8")
