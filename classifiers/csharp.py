@@ -214,6 +214,7 @@ class _Walker:
         self.deps: list[Dependency] = []
         self.usings: list[str] = []
         self.sql_fields: dict[str, str] = {}  # field name -> SQL string it is initialised with
+        self.declared: dict[str, int] = {}  # member name -> how many were declared so far
 
     def walk(self, node: Any, namespace: str, parent: str | None) -> None:
         for child in node.named_children:
@@ -309,9 +310,12 @@ class _Walker:
         qn = f"{owner}.{name}"
         if kind == "constructor":
             qn = f"{owner}.{name}.ctor"
-        existing = sum(1 for s in self.symbols if s.qualified_name.split("(")[0] == qn)
-        if existing:
-            qn = f"{qn}#{existing + 1}"  # overloads stay distinct and stable by order
+        # Overloads stay distinct and stable by order: M, M#2, M#3 (a count per name, not a
+        # scan of every symbol so far, which was quadratic in a file's members).
+        count = self.declared.get(qn, 0) + 1
+        self.declared[qn] = count
+        if count > 1:
+            qn = f"{qn}#{count}"
         sym = _symbol(node, kind, name, qn, owner)
         self.symbols.append(sym)
         plist = node.child_by_field_name("parameters")

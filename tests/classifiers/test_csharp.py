@@ -91,3 +91,13 @@ def test_embedded_sql_edges_resolve_to_sql_objects():
     assert ("dbo.Orders", "FK", "dbo.Customers") in edges
     calls = {t for f, e, t in edges if f.endswith("OrderService.PlaceOrderAsync") and e == "Calls"}
     assert "Eshop.Core.Services.InventoryService.ReserveAsync" in calls
+
+
+def test_every_overload_is_its_own_symbol():
+    """A third overload used to get the second's name (M#2 twice), so one node was lost."""
+    text = (
+        "namespace N;\npublic class A\n{\n    public void M() {}\n    public void M(int a) {}\n"
+        "    public void M(string s) {}\n    public A() {}\n    public A(int x) {}\n}\n"
+    )
+    names = [s.qualified_name for s in classifiers.extract(text, "A.cs").symbols]
+    assert names == ["N", "N.A", "N.A.M", "N.A.M#2", "N.A.M#3", "N.A.A.ctor", "N.A.A.ctor#2"]
