@@ -8,6 +8,7 @@ blanked text. Temp tables (#t), table variables (@t) and CTE names are not objec
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import string
@@ -224,7 +225,14 @@ def sql_evidence(text: str, stop_at: int = 0) -> int:
 
 
 def _line(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
+    """1-based line of an offset (by bisection: counting from the start for every object
+    of a long script was quadratic: 3.8 of 6.4 s on a 6.8 MB script)."""
+    return bisect.bisect_left(_newlines(text), offset) + 1
+
+
+@functools.lru_cache(maxsize=4)
+def _newlines(text: str) -> list[int]:
+    return [m.start() for m in re.finditer("\n", text)]
 
 
 @dataclass
