@@ -145,6 +145,7 @@ def doc_chunks(text: str, rel: str) -> list[tuple[str, str, int, int]]:
         marks.insert(0, (0, 0, Path(rel).stem))
     chunks = []
     trail: list[tuple[int, str]] = []
+    counted, line = 0, 1  # lines counted up to `counted`, forward only (not from 0 each time)
     for i, (start, level, title) in enumerate(marks):
         end = marks[i + 1][0] if i + 1 < len(marks) else len(text)
         trail = [(lv, t) for lv, t in trail if 0 < lv < level] + [(level, title)]
@@ -152,7 +153,8 @@ def doc_chunks(text: str, rel: str) -> list[tuple[str, str, int, int]]:
         if not body:
             continue
         heading = " > ".join(t for _, t in trail)
-        line = text.count("\n", 0, start) + 1
+        line += text.count("\n", counted, start)
+        counted = start
         for j in range(0, len(body), MAX_CHUNK_CHARS):
             part = body[j : j + MAX_CHUNK_CHARS]
             chunks.append(
