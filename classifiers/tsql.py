@@ -26,21 +26,23 @@ _CREATE = re.compile(
     re.I,
 )
 _INDEX_ON = re.compile(rf"\bON\s+(?P<table>{QNAME})", re.I)
-_READS = re.compile(rf"\b(?:FROM|JOIN|APPLY)\s+(?P<name>{QNAME})", re.I)
+# The patterns from here to _ALIAS_TARGET, and _SQL_EVIDENCE, run on upper_ascii() text:
+# keywords are matched case-sensitively (twice as fast as re.I), names read back at the
+# same offsets from the original.
+_READS = re.compile(rf"\b(?:FROM|JOIN|APPLY)\s+(?P<name>{QNAME})")
 _WRITES = re.compile(
     rf"\b(?:INSERT\s+(?:INTO\s+)?|UPDATE\s+|DELETE\s+(?:FROM\s+)?|MERGE\s+(?:INTO\s+)?|"
-    rf"TRUNCATE\s+TABLE\s+)(?P<name>{QNAME})",
-    re.I,
+    rf"TRUNCATE\s+TABLE\s+)(?P<name>{QNAME})"
 )
-_EXEC = re.compile(rf"\bEXEC(?:UTE)?\s+(?:@\w+\s*=\s*)?(?P<name>{QNAME})", re.I)
+_EXEC = re.compile(rf"\bEXEC(?:UTE)?\s+(?:@\w+\s*=\s*)?(?P<name>{QNAME})")
 # Tried only where a name can start (not inside a word): the same matches, fewer attempts.
 _FUNC_CALL = re.compile(rf"(?<![\w#@$])(?P<name>{NAME}\s*\.\s*{NAME})\s*\(")
-_CTE = re.compile(rf"(?:\bWITH|,)\s*(?P<name>{NAME})\s*(?:\([^()]*\))?\s+AS\s*\(", re.I)
+_CTE = re.compile(rf"(?:\bWITH|,)\s*(?P<name>{NAME})\s*(?:\([^()]*\))?\s+AS\s*\(")
 _FK = re.compile(rf"\bREFERENCES\s+(?P<name>{QNAME})", re.I)
 _ALIAS_TARGET = re.compile(
     rf"\bUPDATE\s+(?P<alias>{NAME})\s+SET\b.*?\bFROM\s+(?P<name>{QNAME})\s+"
     rf"(?:AS\s+)?(?P=alias)\b",
-    re.I | re.S,
+    re.S,
 )
 _KEYWORDS_TEXT = (
     "select where set values output inserted deleted openjson string_split as on with top "
@@ -63,7 +65,7 @@ _SQL_EVIDENCE = re.compile(
     r"EXEC(UTE)?\s+(\[?\w+\]?\.\[?\w+|sp_\w+|usp_\w+)|RAISERROR\s*\(|THROW\s+\d+\s*,|BEGIN\s+TRY\b|"
     r"PRIMARY\s+KEY\s*(CLUSTERED|NONCLUSTERED|\()|FOREIGN\s+KEY\s*\(|N?VARCHAR\s*\(\s*(\d+|MAX)\s*\)|"
     r"DROP\s+(TABLE|INDEX|PROC(EDURE)?|VIEW)\s+[\w\[]|TRUNCATE\s+TABLE\s+[\w\[])",
-    re.I | re.S,
+    re.S,
 )
 
 
@@ -198,26 +200,13 @@ def upper_ascii(text: str) -> str:
     return text.translate(_UPPER)
 
 
-def _case_sensitive(pattern: re.Pattern[str]) -> re.Pattern[str]:
-    """The pattern without re.I, for text passed through upper_ascii."""
-    return re.compile(pattern.pattern, pattern.flags & ~re.I)
-
-
-_SQL_EVIDENCE_UP = _case_sensitive(_SQL_EVIDENCE)
-_READS_UP = _case_sensitive(_READS)
-_WRITES_UP = _case_sensitive(_WRITES)
-_EXEC_UP = _case_sensitive(_EXEC)
-_CTE_UP = _case_sensitive(_CTE)
-_ALIAS_TARGET_UP = _case_sensitive(_ALIAS_TARGET)
-
-
 def sql_evidence(text: str, stop_at: int = 0) -> int:
     """Number of distinct T-SQL constructs found outside comments and strings.
 
     stop_at: stop counting once that many are found (0: count them all).
     """
     seen: set[str] = set()
-    for m in _SQL_EVIDENCE_UP.finditer(upper_ascii(blank(text))):
+    for m in _SQL_EVIDENCE.finditer(upper_ascii(blank(text))):
         seen.add(m.group(0).split(None, 1)[0])
         if len(seen) == stop_at:
             break
@@ -270,9 +259,9 @@ def references(body: str) -> SqlRefs:
         return clean[m.start(group) : m.end(group)]
 
     # Every CTE has `AS (`: without one, the comma-by-comma CTE scan is skipped.
-    ctes = {normalize(name_of(m)) for m in _CTE_UP.finditer(up)} if _AS_PAREN.search(up) else set()
+    ctes = {normalize(name_of(m)) for m in _CTE.finditer(up)} if _AS_PAREN.search(up) else set()
     aliases = {
-        name_of(m, "alias").lower(): normalize(name_of(m)) for m in _ALIAS_TARGET_UP.finditer(up)
+        name_of(m, "alias").lower(): normalize(name_of(m)) for m in _ALIAS_TARGET.finditer(up)
     }
 
     def collect(pattern: re.Pattern[str]) -> list[str]:
@@ -292,9 +281,9 @@ def references(body: str) -> SqlRefs:
         if _word_before(clean, m.start()) not in _NOT_CALL_CONTEXT
     ]
     refs = SqlRefs(
-        reads=collect(_READS_UP),
-        writes=collect(_WRITES_UP),
-        executes=list(dict.fromkeys(collect(_EXEC_UP) + calls)),
+        reads=collect(_READS),
+        writes=collect(_WRITES),
+        executes=list(dict.fromkeys(collect(_EXEC) + calls)),
     )
     refs.reads = [r for r in refs.reads if r not in refs.executes]
     refs.operations = sorted(op for op, rx in _DML_WORD.items() if op in up and rx.search(up))
