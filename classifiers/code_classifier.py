@@ -168,8 +168,32 @@ def _gate(name: str, text: str) -> bool:
 _GO_LINE = re.compile(r"(?im)^\s*GO\s*$")
 
 
+def _found(
+    signals: list[tuple[str, re.Pattern[str]]], text: str, *, first: bool = False
+) -> list[str]:
+    """Names of the signals a text shows (substring gate first); first=True stops at one."""
+    names: list[str] = []
+    for name, rx in signals:
+        if _gate(name, text) and rx.search(text):
+            names.append(name)
+            if first:
+                break
+    return names
+
+
+def _parses_as_csharp(text: str) -> tuple[int, float] | None:
+    """(declarations, error share) when tree-sitter reads the text as C#, else None."""
+    decls, err = _cs_parse_evidence(text)
+    return (decls, err) if decls and err < 0.15 else None
+
+
+def _reads_as_sql(hits: int, go_lines: int, ext: str) -> bool:
+    """Two T-SQL constructs, or one in a .sql file or with GO batch lines."""
+    return hits >= 2 or (hits >= 1 and (go_lines > 0 or ext == ".sql"))
+
+
 def language_only(text: str, path: str | None = None) -> str:
-    """The language classify() decides, gathering only the evidence the decision needs.
+    """The language classify() decides, by the same rules on the least evidence.
 
     No confidence, no reasons, no embedded-SQL count: the first C# signal, the first
     distinct T-SQL constructs. A test holds it equal to classify().language.
@@ -177,16 +201,15 @@ def language_only(text: str, path: str | None = None) -> str:
     if not text.strip():
         return "unknown"
     ext = PurePath(path).suffix.lower() if path else ""
-    if any(_gate(name, text) and rx.search(text) for name, rx in _CS_SIGNALS) and not any(
-        _gate(name, text) and rx.search(text) for name, rx in _NOT_CS
+    if (
+        _found(_CS_SIGNALS, text, first=True)
+        and not _found(_NOT_CS, text, first=True)
+        and _parses_as_csharp(text)
     ):
-        decls, err = _cs_parse_evidence(text)
-        if decls and err < 0.15:
-            return "dotnet"
+        return "dotnet"
     hits = tsql.sql_evidence(text, stop_at=2)
-    if hits >= 2 or (hits == 1 and (ext == ".sql" or _GO_LINE.search(text))):
-        return "sql"
-    return "unknown"
+    go_lines = 1 if hits == 1 and _GO_LINE.search(text) else 0  # only asked when it decides
+    return "sql" if _reads_as_sql(hits, go_lines, ext) else "unknown"
 
 
 def classify(text: str, path: str | None = None) -> Classification:
@@ -195,11 +218,12 @@ def classify(text: str, path: str | None = None) -> Classification:
     ext = PurePath(path).suffix.lower() if path else ""
     if not text.strip():
         return Classification("UNKNOWN", "unknown", 1.0, ("empty text",))
-    not_cs = [name for name, rx in _NOT_CS if _gate(name, text) and rx.search(text)]
-    cs_hits = [name for name, rx in _CS_SIGNALS if _gate(name, text) and rx.search(text)]
+    not_cs = _found(_NOT_CS, text)
+    cs_hits = _found(_CS_SIGNALS, text)
     if cs_hits and not not_cs:
-        decls, err = _cs_parse_evidence(text)
-        if decls and err < 0.15:
+        parsed = _parses_as_csharp(text)
+        if parsed:
+            decls, err = parsed
             reasons += [
                 f"C#: {', '.join(cs_hits)}",
                 f"tree-sitter: {decls} declaration(s), {err:.0%} error bytes",
@@ -216,7 +240,7 @@ def classify(text: str, path: str | None = None) -> Classification:
             return Classification("DOTNET", "dotnet", round(confidence, 2), tuple(reasons))
     sql_hits = tsql.sql_evidence(text)  # only now: C# text needs no T-SQL scan
     go_lines = len(_GO_LINE.findall(text))
-    if sql_hits >= 2 or (sql_hits >= 1 and (go_lines or ext == ".sql")):
+    if _reads_as_sql(sql_hits, go_lines, ext):
         reasons.append(
             f"T-SQL: {sql_hits} construct(s)"
             + (f", {go_lines} GO batch line(s)" if go_lines else "")
