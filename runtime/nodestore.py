@@ -342,6 +342,31 @@ def decode_extraction(blob: bytes) -> Any:
     return json.loads(zlib.decompress(blob))
 
 
+def _snapshot_edges(repository: str, snapshot: str) -> tuple[str, tuple[str, ...]]:
+    """WHERE clause and arguments selecting a snapshot's edges by a range of their key.
+
+    Every edge leaves a node whose id starts `repository::snapshot::`; the columns are
+    compared too, for exactness.
+    """
+    prefix = node_id(repository, snapshot, "", "")[:-2]
+    return (
+        "from_id >= ? AND from_id < ? AND repository = ? AND snapshot = ?",
+        (prefix, prefix[:-1] + ";", repository, snapshot),
+    )
+
+
+def _hit(index: int, nid: str, score: float, path: str, kind: str, name: str) -> dict[str, Any]:
+    """One search result as every search type returns it (index 0 is rank 1)."""
+    return {
+        "id": nid,
+        "score": round(score, 6),
+        "rank": index + 1,
+        "path": path,
+        "kind": kind,
+        "name": name,
+    }
+
+
 def _any(prefix: str, values: Iterable[str]) -> str:
     return "(" + " OR ".join(f"meta:{_tok(prefix, v)}" for v in values) + ")"
 
@@ -690,15 +715,9 @@ class SqliteNodeStore:
         """
         new = {(f, t, e) for f, t, e in edges}
         with self._write() as db:
-            # Every edge of the snapshot leaves a node whose id starts `repository::snapshot::`:
-            # a range of the key, then the columns for exactness.
-            prefix = node_id(repository, snapshot, "", "")[:-2]
+            where, args = _snapshot_edges(repository, snapshot)
             old = set(
-                db.execute(
-                    "SELECT from_id, to_id, edge_type FROM edges WHERE from_id >= ? AND "
-                    "from_id < ? AND repository = ? AND snapshot = ?",
-                    (prefix, prefix[:-1] + ";", repository, snapshot),
-                )
+                db.execute(f"SELECT from_id, to_id, edge_type FROM edges WHERE {where}", args)
             )
             db.executemany(
                 "DELETE FROM edges WHERE from_id = ? AND to_id = ? AND edge_type = ?",
@@ -712,18 +731,11 @@ class SqliteNodeStore:
         return len(new)
 
     def edge_count(self, repository: str, snapshot: str) -> int:
-        """Edges of a repository snapshot (their key range, as in replace_edges)."""
-        prefix = node_id(repository, snapshot, "", "")[:-2]
-        row = (
-            self.conn()
-            .execute(
-                "SELECT count(*) FROM edges WHERE from_id >= ? AND from_id < ? "
-                "AND repository = ? AND snapshot = ?",
-                (prefix, prefix[:-1] + ";", repository, snapshot),
-            )
-            .fetchone()
+        """Edges of a repository snapshot."""
+        where, args = _snapshot_edges(repository, snapshot)
+        return int(
+            self.conn().execute(f"SELECT count(*) FROM edges WHERE {where}", args).fetchone()[0]
         )
-        return int(row[0])
 
     def put_vectors(self, model: str, vectors: dict[str, bytes]) -> None:
         """Store embedding vectors (float32 bytes) by node id."""
@@ -830,7 +842,7 @@ class SqliteNodeStore:
     ) -> list[dict[str, Any]]:
         """Visible nodes whose name is a word of the query written as a name.
 
-        Those of a kind the query names come first, then by BM25 over the whole query.
+        Those of a kind the query names come first, then by the BM25 of their own name.
         """
         names = named_words(query)
         if not names:
@@ -868,17 +880,7 @@ class SqliteNodeStore:
             scores[r[0]] = found[0] if found else 0.0
         kinds = kinds_in(query)
         rows.sort(key=lambda r: (r[3] not in kinds, scores.get(r[0], 0.0), r[1]))
-        return [
-            {
-                "id": r[1],
-                "score": round(-scores.get(r[0], 0.0), 6),
-                "rank": i + 1,
-                "path": r[2],
-                "kind": r[3],
-                "name": r[4],
-            }
-            for i, r in enumerate(rows[:limit])
-        ]
+        return [_hit(i, r[1], -scores.get(r[0], 0.0), *r[2:5]) for i, r in enumerate(rows[:limit])]
 
     def _selective_any(self, query: str) -> str:
         """The any-word expression over the most selective words, within a postings budget.
@@ -999,17 +1001,7 @@ class SqliteNodeStore:
             if matched < window:
                 break
             window *= 8
-        return [
-            {
-                "id": r[0],
-                "score": round(-r[1], 6),
-                "rank": i + 1,
-                "path": r[2],
-                "kind": r[3],
-                "name": r[4],
-            }
-            for i, r in enumerate(rows)
-        ]
+        return [_hit(i, r[0], -r[1], *r[2:5]) for i, r in enumerate(rows)]
 
     def semantic(
         self,
@@ -1038,17 +1030,7 @@ class SqliteNodeStore:
             return []
         [qvec] = embedder.embed([query])
         best = cosine_top(qvec, [r[1] for r in rows], top_k)
-        return [
-            {
-                "id": rows[i][0],
-                "score": round(s, 6),
-                "rank": k + 1,
-                "path": rows[i][2],
-                "kind": rows[i][3],
-                "name": rows[i][4],
-            }
-            for k, (i, s) in enumerate(best)
-        ]
+        return [_hit(k, rows[i][0], s, *rows[i][2:5]) for k, (i, s) in enumerate(best)]
 
     def search(
         self,
