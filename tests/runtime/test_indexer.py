@@ -218,18 +218,9 @@ def test_workers_start_fresh_interpreters_when_other_threads_run(tmp_path, monke
     assert _dump(spawned) == _dump(serial)
 
 
-def test_a_file_the_extractor_fails_on_is_reported_not_fatal(tmp_path, monkeypatch):
-    import classifiers
-
+def test_a_file_the_extractor_fails_on_is_reported_not_fatal(tmp_path, break_extraction):
     root = _copy(tmp_path)
-    real = classifiers.extract
-
-    def extract(text, path=None, **kw):
-        if path and path.endswith("BasketService.cs"):
-            raise IndexError("list index out of range")
-        return real(text, path, **kw)
-
-    monkeypatch.setattr(classifiers, "extract", extract)
+    restore = break_extraction("BasketService.cs", IndexError("list index out of range"))
     store = open_store(str(tmp_path / "i.db"), create=True)
     report = index_paths(store, [str(root)], repository="r", jobs=1)
     assert report.failed == [
@@ -241,7 +232,7 @@ def test_a_file_the_extractor_fails_on_is_reported_not_fatal(tmp_path, monkeypat
     assert report.nodes > 100 and report.edges > 50  # everything else is indexed
     service = "r::main::class::Eshop.Core.Services.BasketService"
     assert store.get_nodes([service], scope=Scope("r")) == {}
-    monkeypatch.setattr(classifiers, "extract", real)
+    restore()
     again = index_paths(store, [str(root)], repository="r", jobs=1)
     assert again.failed == [] and again.files - again.unchanged == 1  # parsed again, now fine
     assert set(store.get_nodes([service], scope=Scope("r"))) == {service}
