@@ -471,10 +471,10 @@ _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS files (repository TEXT NOT NULL, snapshot TEXT NOT NULL,
         path TEXT NOT NULL, hash TEXT NOT NULL, extraction BLOB NOT NULL,
         PRIMARY KEY (repository, snapshot, path))""",
-    # The same weights as _BM25, for anyone querying the index with `ORDER BY rank`.
-    "INSERT INTO nodes_fts (nodes_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0, 0.0)')",
     "CREATE TABLE IF NOT EXISTS vectors (node INTEGER PRIMARY KEY, model TEXT NOT NULL, vector BLOB NOT NULL)",
 ]
+# The same weights as _BM25, for anyone querying the index with `ORDER BY rank`.
+_RANK_CONFIG = "INSERT INTO nodes_fts (nodes_fts, rank) VALUES ('rank', 'bm25(4.0, 1.0, 0.0)')"
 # The layout written by this version; an index in another layout is rebuilt by the indexer
 # and refused by readers (INDEX_FORMAT). 2: edges WITHOUT ROWID, compressed extractions.
 INDEX_FORMAT = 2
@@ -525,8 +525,10 @@ class SqliteNodeStore:
                 self._drop_all(db)
                 self.rebuilt = True
             for statement in _SCHEMA:
-                db.execute(statement)
-            db.execute(f"PRAGMA user_version = {INDEX_FORMAT}")
+                db.execute(statement)  # IF NOT EXISTS: no write when the index is current
+            if self.rebuilt or not tables:  # written once, not by every reader that opens it
+                db.execute(_RANK_CONFIG)
+                db.execute(f"PRAGMA user_version = {INDEX_FORMAT}")
 
     @staticmethod
     def _drop_all(db: sqlite3.Connection) -> None:
