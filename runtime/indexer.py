@@ -220,6 +220,8 @@ def index_paths(
     work = _changed_files(roots, own, known, seen, label_rules, progress, report)
     with store.batch():
         new_vectors: dict[str, bytes] = {}
+        if embedder is not None:
+            from runtime.embeddings import to_blob
         fresh: dict[str, Any] = {}  # path -> Extraction of the files parsed now
         for i, (rel, digest, rows, summary, encoded, error) in enumerate(
             _prepare_all(work, repository, snapshot, jobs)
@@ -237,8 +239,6 @@ def index_paths(
             )
             fresh[rel] = _from_summary(summary)  # here, not after: workers may leave a core idle
             if embedder is not None and rows:
-                from runtime.embeddings import to_blob
-
                 # row[0] id, row[5] qualified name, row[10] text (see nodestore.node_row)
                 vectors = embedder.embed([f"{r[5]}\n{r[10][:2000]}" for r in rows])
                 new_vectors.update({r[0]: to_blob(v) for r, v in zip(rows, vectors, strict=True)})
