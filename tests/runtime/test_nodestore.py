@@ -207,3 +207,15 @@ def test_recall_at_5_on_the_question_set(sample_index):
         ids = {h["id"] for h in sample_index.search(item["q"], scope=ALL, top_k=5)}
         found += bool(ids & set(item["expect"]))
     assert found / len(questions) >= 0.9
+
+
+def test_opening_an_index_to_read_writes_nothing(tmp_path):
+    import sqlite3
+
+    path = str(tmp_path / "r.db")
+    open_store(path, create=True).replace_file("a", "main", "A.cs", "1", [_node("a", "L", [])], {})
+    watcher = sqlite3.connect(path)
+    before = watcher.execute("PRAGMA data_version").fetchone()[0]
+    open_store(path).search("reconcile", scope=Scope("a"), top_k=1)
+    assert watcher.execute("PRAGMA data_version").fetchone()[0] == before
+    watcher.close()
