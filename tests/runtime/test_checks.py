@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -100,6 +101,7 @@ _step = st.fixed_dictionaries(
         st.sampled_from(["entry_step_id", "max_steps"]), st.one_of(_ids, st.integers()), max_size=2
     ),
 )
+@pytest.mark.slow
 def test_fuzz_checks_only_yield_coded_findings(registry, steps, settings_):
     for f in checks.run_all(steps, settings_, registry):
         assert f.code in codes.CODES

@@ -120,6 +120,7 @@ def test_duplicate_names_in_a_pack():
 @given(
     st.text(alphabet=st.sampled_from(list("abc:-[]{}&*!|>'\"#\n \t0123456789yesno<")), max_size=200)
 )
+@pytest.mark.slow
 def test_fuzz_loader_only_yields_coded_diagnostics(text):
     from runtime import codes
 

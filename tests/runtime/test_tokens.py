@@ -153,6 +153,7 @@ def test_unknown_encoding_is_coded():
     assert info.value.code == "TOKENIZER_UNAVAILABLE"
 
 
+@pytest.mark.slow
 def test_works_offline_from_an_empty_cache(tmp_path):
     code = (
         "from runtime.tokens import get_counter\n"

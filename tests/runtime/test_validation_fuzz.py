@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -64,6 +65,7 @@ _doc = st.fixed_dictionaries(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+@pytest.mark.slow
 @given(_doc)
 def test_fuzz_validator(registry, doc):
     text = yaml.safe_dump(doc, sort_keys=False)
