@@ -107,18 +107,17 @@ class SearchNodes(Action):
             wanted = (
                 {value}
                 if isinstance(value, str)
-                else set(value)
+                else {v for v in value if isinstance(v, str)}  # a model may send anything
                 if isinstance(value, list)
                 else set()
             )
             if key in static:
                 have = {static[key]} if isinstance(static[key], str) else set(static[key])
                 wanted &= have
-                if not wanted:
-                    ignored.append(key)
-                    continue
-            if wanted:
-                out[key] = sorted(wanted)
+            if not wanted:
+                ignored.append(key)
+                continue
+            out[key] = sorted(wanted)
         return out, ignored
 
     def run(self, ctx: StepContext) -> Outcome | None:
