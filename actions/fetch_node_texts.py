@@ -143,7 +143,8 @@ class FetchNodeTexts(Action):
             return "tokens", int(step["budget_tokens"])
         if "budget_tokens_from_settings" in step:
             return "tokens", int(ctx.settings[step["budget_tokens_from_settings"]])
-        return "tokens", int(0.7 * int(ctx.settings["max_context_tokens"]))
+        # 70%, in integers: int(0.7 * 90) is 62, not 63.
+        return "tokens", int(ctx.settings["max_context_tokens"]) * 7 // 10
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Order candidates, then take each whole block that fits (atomic skip)."""

@@ -111,7 +111,7 @@ class ManageContextBudget(Action):
         base = [b for b in existing if b != marker] if marker else existing
         present = {block_id(b) for b in base}
         current = counter.count_joined(base, SEP) if base else 0
-        raw_blocks = [format_block(i, compact=False) for i in incoming]
+        raw_blocks = [format_block(i, compact=False, metadata=_metadata(i)) for i in incoming]
         raw_total = counter.count_joined(raw_blocks, SEP) if raw_blocks else 0
         if raw_total > limit:
             raise RunError(
@@ -119,7 +119,9 @@ class ManageContextBudget(Action):
                 f"max_context_tokens {limit}",
                 code="PIPELINE_BUDGET_MISCONFIG",
             )
-        total = current + (counter.count_cached(marker + SEP) if marker and incoming else 0)
+        # What a node is appended after: the context, then the batch marker (a node that is
+        # appended makes the batch non-empty, so the marker comes with it).
+        head = base + ([marker] if marker else [])
         new_blocks: list[str] = []
         per_node: list[dict[str, Any]] = []
         for item, raw in zip(incoming, raw_blocks, strict=True):
@@ -131,9 +133,14 @@ class ManageContextBudget(Action):
             rule = next((r for r in rules if r.get("language") == lang), None)
             policy = rule.get("policy") if rule else None
             before = counter.count_block(raw, SEP)
+            # Exact total with this node appended raw (incremental: blocks' counts are cached).
+            crossing = policy == "threshold" and (
+                counter.count_joined([*head, *new_blocks, raw], SEP)
+                > float(rule["threshold"]) * limit
+            )
             compact = (
                 policy == "always"
-                or (policy == "threshold" and total + before > float(rule["threshold"]) * limit)
+                or crossing
                 or (policy == "demand" and rule.get("inbox_key") in active)
             )
             block = raw
@@ -142,9 +149,12 @@ class ManageContextBudget(Action):
 
                 text = classifiers.compact(str(item.get("text", "")), lang, counter=counter)
                 compact = text != item.get("text")  # compaction that saves nothing is not claimed
-                block = format_block(item, compact=True, text=text) if compact else raw
+                block = (
+                    format_block(item, compact=True, text=text, metadata=_metadata(item))
+                    if compact
+                    else raw
+                )
             after = counter.count_block(block, SEP)
-            total += after
             present.add(nid)
             per_node.append(
                 {
@@ -180,3 +190,9 @@ class ManageContextBudget(Action):
             ctx.set("context_blocks", final)
         ctx.set("node_texts", [])
         return Outcome.to_branch("ok")
+
+
+def _metadata(item: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The metadata lines fetch_node_texts selected (and measured) for a node's block."""
+    meta = item.get("metadata")
+    return meta if isinstance(meta, Mapping) else None

@@ -321,10 +321,21 @@ def test_metadata_lines_and_security_aggregates_from_included_only(sample_index)
     assert r.state["node_texts"][0]["metadata"] == {
         "signature": r.state["node_texts"][0]["metadata"]["signature"]
     }
-    skipped = run(sample_index, [fetch(budget_tokens=700)], inputs)
-    assert [i["id"] for i in skipped.state["node_texts"]] == [capture] or skipped.state[
-        "security_labels"
-    ] in ([], ["confidential"])
+    # A budget with room for PROC only: the confidential procedure after it is skipped, and
+    # its label does not count.
+    cost = {c["id"]: c["cost"] for c in r.state["fetch_debug"]["candidates"]}
+    assert cost[PROC] < cost[PROC] + cost[capture] <= 5000
+    only = fetch(
+        budget_tokens=cost[PROC], include_metadata_in_context=True, metadata_fields=["signature"]
+    )
+    skipped = run(sample_index, [only], inputs)
+    assert [i["id"] for i in skipped.state["node_texts"]] == [PROC]
+    assert [(c["id"], c["decision"]) for c in skipped.state["fetch_debug"]["candidates"]] == [
+        (PROC, "include"),
+        (capture, "skip"),
+    ]
+    assert skipped.state["security_labels"] == []
+    assert skipped.state["security_classification"] is None
     hidden = run(sample_index, [fetch(budget_tokens=5000)], {**inputs, "allowed_labels": None})
     assert hidden.state["security_labels"] == [] and hidden.state["fetch_debug"]["missing"] == 1
 
