@@ -272,7 +272,8 @@ def _cycles(nodes: list[str], succ: Mapping[str, list[str]]) -> list[list[str]]:
 
 def check_cycles(graph: Graph, settings: Mapping[str, Any]) -> Iterator[Finding]:
     """Cycles that pass no bounding step, unless the pipeline sets max_steps."""
-    if isinstance(settings.get("max_steps"), int):
+    limit = settings.get("max_steps")
+    if isinstance(limit, int) and not isinstance(limit, bool):  # `max_steps: true` is no limit
         return
     # A cycle is bounded iff it passes a bounding step: drop those and look for cycles left.
     free = [s for s in graph.ids if not getattr(graph.actions.get(s), "bounds_loops", False)]
@@ -285,6 +286,21 @@ def check_cycles(graph: Graph, settings: Mapping[str, Any]) -> Iterator[Finding]
             f"steps {', '.join(order)} form a cycle that passes no loop_guard",
             ("steps", _index_of(graph, order[0]), "id"),
         )
+
+
+def check_inputs(inputs: Any, engine_owned: frozenset[str]) -> Iterator[Finding]:
+    """Declared inputs may not take the name of an engine-owned field."""
+    if not isinstance(inputs, Mapping):
+        return
+    for name in inputs:
+        if name in engine_owned:
+            yield Finding(
+                "INPUT_SPEC_INVALID",
+                f"input {name!r} is an engine-owned field; no input may set it",
+                ("inputs", name),
+                hint="rename the input",
+                key=True,
+            )
 
 
 def check_settings_refs(

@@ -154,7 +154,9 @@ def render_sarif(diagnostics: Sequence[Diagnostic], *, version: str = "0") -> st
         region: dict[str, int] = {"startLine": d.line, "startColumn": d.column}
         if d.end_line:
             region["endLine"] = d.end_line
-            region["endColumn"] = max(d.end_column, d.column)
+            # Only a one-line region must not end before it starts.
+            multi_line = d.end_line > d.line
+            region["endColumn"] = d.end_column if multi_line else max(d.end_column, d.column)
         results.append(
             {
                 "ruleId": d.code,

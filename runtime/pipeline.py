@@ -81,6 +81,8 @@ class Pipeline:
     def max_steps(self) -> int:
         """The global step limit (settings.max_steps, default 1000)."""
         value = self.settings.get("max_steps")
+        if isinstance(value, bool):  # an int in Python, but `max_steps: true` is no step count
+            return DEFAULT_MAX_STEPS
         return value if isinstance(value, int) and value > 0 else DEFAULT_MAX_STEPS
 
     @property

@@ -6,6 +6,7 @@ and the embedding API (it raises `PipelineInvalidError` with every diagnostic).
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -147,12 +148,21 @@ def _schema_errors(
     for e in validator.iter_errors(instance):
         path: PathT = (*prefix, *e.absolute_path)
         kind = e.validator
+        any_of_types: list[Any] = []
         if kind in ("anyOf", "oneOf") and e.context:
             from jsonschema.exceptions import best_match
 
-            e = best_match(e.context)
-            path = (*prefix, *e.absolute_path)
-            kind = e.validator
+            # A branch the value's type fits says more than the branches it does not fit.
+            misfits = [c for c in e.context if c.validator == "type" and not c.relative_path]
+            unfit = {c.relative_schema_path[0] for c in misfits}
+            fitting = [c for c in e.context if c.relative_schema_path[0] not in unfit]
+            if fitting:
+                e = best_match(fitting)
+                path = (*prefix, *e.absolute_path)
+                kind = e.validator
+            else:
+                any_of_types = [c.validator_value for c in misfits]
+                kind = "type"
         name = _field_name(path)
         if kind == "additionalProperties" and isinstance(e.instance, Mapping):
             allowed = list(e.schema.get("properties", {}))
@@ -185,8 +195,8 @@ def _schema_errors(
                         "SCHEMA_MISSING_FIELD", f"missing required field {missing!r}{where}", path
                     )
         elif kind == "type":
-            expected = e.validator_value
-            got = _JSON_TYPES.get(type(e.instance), type(e.instance).__name__)
+            expected = any_of_types or e.validator_value
+            got = _json_type(e.instance)
             raw = pos.sm.raw(path)
             wants_str = expected == "string" or (
                 isinstance(expected, list) and "string" in expected
@@ -224,6 +234,11 @@ def _schema_errors(
             yield pos.diag("SCHEMA_PATTERN", f"`{name}`: {e.message}", path)
         else:
             yield pos.diag("SCHEMA_INVALID", f"`{name}`: {e.message}", path)
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type name of a value (located values are dict and list subclasses)."""
+    return next((n for t, n in _JSON_TYPES.items() if isinstance(value, t)), type(value).__name__)
 
 
 def _a(expected: Any) -> str:
@@ -305,6 +320,19 @@ def check_pipeline(
                     "ACTION_NOT_RUNNABLE", f"action {name!r} cannot run yet", ("steps", i, "action")
                 )
             )
+    # NaN and infinities are no JSON numbers: one diagnostic each replaces any schema error there.
+    non_finite = [
+        pos.diag(
+            "SCHEMA_TYPE",
+            f"`{_field_name(path)}`: {pos.sm.raw(path) or value} is not a finite number",
+            path,
+        )
+        for path, value in _non_finite(data, ())
+        if not any(path[:n] in reported_keys for n in range(1, len(path) + 1))  # unknown field
+    ]
+    if non_finite:
+        where = {d.path for d in non_finite}
+        out = [d for d in out if d.path not in where] + non_finite
     for bk_path, bk in pos.bool_keys.items():
         parent = bk_path[-2] if len(bk_path) > 1 else None
         if bk_path in reported_keys or (parent, bk.raw) in _LEGIT_BOOL_KEYS:
@@ -319,6 +347,10 @@ def check_pipeline(
                 key=True,
             )
         )
+    from runtime.state import ENGINE_OWNED
+
+    for f in checks.check_inputs(data.get("inputs"), ENGINE_OWNED):
+        out.append(pos.diag(f.code, f.message, f.path, hint=f.hint, key=f.key))
     settings = mapping(data.get("settings"))
     plain_steps = [s for s in steps if isinstance(s, Mapping)]
     if not graph:
@@ -343,6 +375,18 @@ def check_pipeline(
                     )
                 )
     return out
+
+
+def _non_finite(value: Any, path: PathT) -> Iterator[tuple[PathT, float]]:
+    """Paths of NaN and infinite floats (YAML `.nan`, `.inf`) anywhere in the data."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _non_finite(item, (*path, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _non_finite(item, (*path, i))
 
 
 def _model_path(exc: Any, settings: Mapping[str, Any]) -> PathT:
