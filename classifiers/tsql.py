@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from classifiers.model import Dependency, Symbol
 
-_GO = re.compile(r"(?im)^[ \t]*GO[ \t]*(?:\d+)?[ \t]*(?:--[^\n]*)?$")
+_GO = re.compile(r"(?im)^[ \t]*GO[ \t]*(?:\d+)?[ \t]*(?:--[^\n]*)?\r?$")  # CRLF scripts too
 NAME = r"(?:\[[^\]]+\]|\"[^\"]+\"|[A-Za-z_#@][\w#@$]*)"
 QNAME = rf"{NAME}(?:\s*\.\s*{NAME}){{0,3}}"
 _CREATE = re.compile(
@@ -30,10 +30,13 @@ _INDEX_ON = re.compile(rf"\bON\s+(?P<table>{QNAME})", re.I)
 # keywords are matched case-sensitively (twice as fast as re.I), names read back at the
 # same offsets from the original.
 _READS = re.compile(rf"\b(?:FROM|JOIN|APPLY)\s+(?P<name>{QNAME})")
+_TOP = r"(?:TOP\s*\([^()]*\)\s*(?:PERCENT\s+)?)?"  # UPDATE TOP (10) t, DELETE TOP (5) FROM t
 _WRITES = re.compile(
-    rf"\b(?:INSERT\s+(?:INTO\s+)?|UPDATE\s+|DELETE\s+(?:FROM\s+)?|MERGE\s+(?:INTO\s+)?|"
-    rf"TRUNCATE\s+TABLE\s+)(?P<name>{QNAME})"
+    rf"\b(?:INSERT\s+{_TOP}(?:INTO\s+)?|UPDATE\s+{_TOP}|DELETE\s+{_TOP}(?:FROM\s+)?|"
+    rf"MERGE\s+{_TOP}(?:INTO\s+)?|TRUNCATE\s+TABLE\s+)(?P<name>{QNAME})"
 )
+# DELETE FROM t: the FROM names the table written, not one read.
+_DELETE_FROM = re.compile(rf"\bDELETE\s+{_TOP}(?=FROM\b)")
 _EXEC = re.compile(rf"\bEXEC(?:UTE)?\s+(?:@\w+\s*=\s*)?(?P<name>{QNAME})")
 # Tried only where a name can start (not inside a word): the same matches, fewer attempts.
 _FUNC_CALL = re.compile(rf"(?<![\w#@$])(?P<name>{NAME}\s*\.\s*{NAME})\s*\(")
@@ -43,6 +46,9 @@ _ALIAS_TARGET = re.compile(
     rf"\bUPDATE\s+(?P<alias>{NAME})\s+SET\b.*?\bFROM\s+(?P<name>{QNAME})\s+"
     rf"(?:AS\s+)?(?P=alias)\b",
     re.S,
+)
+_DELETE_ALIAS = re.compile(
+    rf"\bDELETE\s+{_TOP}(?P<alias>{NAME})\s+FROM\s+(?P<name>{QNAME})\s+(?:AS\s+)?(?P=alias)\b"
 )
 _KEYWORDS_TEXT = (
     "select where set values output inserted deleted openjson string_split as on with top "
@@ -168,7 +174,7 @@ def doc_before(text: str, offset: int) -> str:
     else:
         while above and above[-1].lstrip().startswith("--"):
             lines.insert(0, above.pop().lstrip()[2:])
-    cleaned = [line.strip(" \t-*=#/") for line in lines if not _RULE.match(line)]
+    cleaned = [line.strip(" \t\r-*=#/") for line in lines if not _RULE.match(line)]
     cleaned = [line for line in cleaned if line]
     for line in cleaned:
         if line.lower().startswith("description:"):
@@ -261,14 +267,19 @@ def references(body: str) -> SqlRefs:
     # Every CTE has `AS (`: without one, the comma-by-comma CTE scan is skipped.
     ctes = {normalize(name_of(m)) for m in _CTE.finditer(up)} if _AS_PAREN.search(up) else set()
     aliases = {
-        name_of(m, "alias").lower(): normalize(name_of(m)) for m in _ALIAS_TARGET.finditer(up)
+        name_of(m, "alias").lower(): normalize(name_of(m))
+        for pattern in (_ALIAS_TARGET, _DELETE_ALIAS)
+        for m in pattern.finditer(up)
     }
+    deleted_from = {m.end() for m in _DELETE_FROM.finditer(up)}
 
     def collect(pattern: re.Pattern[str]) -> list[str]:
         seen: list[str] = []
         for m in pattern.finditer(up):
             raw = name_of(m)
             if not is_object_name(raw):
+                continue
+            if pattern is _READS and m.start() in deleted_from:
                 continue
             name = aliases.get(raw.strip("[]").lower(), normalize(raw))
             if name not in ctes and name not in seen:
@@ -334,6 +345,9 @@ def table_columns(body: str) -> dict[str, object]:
         columns.append(col)
     for m in _PK_CONSTRAINT.finditer(inner):
         pk += [_col(c) for c in m.group("cols").split(",") if c.strip()]
+    for col in columns:  # a key declared by a table constraint marks its columns too
+        if col["name"] in pk:
+            col["pk"] = True
     for m in _FK_CONSTRAINT.finditer(inner):
         fks.append(
             {
@@ -348,12 +362,15 @@ def table_columns(body: str) -> dict[str, object]:
 _OBJECTS = ("procedure", "function", "view", "table", "trigger", "sequence", "type")
 _KIND = {"proc": "procedure"} | {k: k for k in _OBJECTS}
 _PARAMS = re.compile(
-    r"(@\w+)\s+(?:AS\s+)?([A-Za-z_]\w*(?:\s*\([^)]*\))?)(\s*=\s*(?:N?'[^']*'|[^,\s]+))?"
+    rf"(@\w+)\s+(?:AS\s+)?((?:{NAME}\s*\.\s*)?[A-Za-z_\[]\w*\]?(?:\s*\([^)]*\))?)"
+    r"(\s*=\s*(?:N?'[^']*'|[^,\s]+))?"
     r"(\s+OUT(?:PUT)?\b)?",
     re.I,
 )
 
 
+# A parameter's type without brackets or spaces: `[dbo].[LineList]`, `DECIMAL(18, 2)`.
+_TYPE_NOISE = re.compile(r"[\s\[\]]")
 _ROUTINES = ("procedure", "function", "view", "trigger")
 _AS = re.compile(r"\bAS\b", re.I)
 
@@ -436,10 +453,15 @@ def extract(text: str) -> tuple[list[Symbol], list[Dependency]]:
             else:
                 if kind in ("procedure", "function"):
                     sym.metadata["parameters"] = [
-                        {"name": p[0], "type": p[1].upper().replace(" ", ""), "output": bool(p[3])}
+                        {
+                            "name": p[0],
+                            "type": _TYPE_NOISE.sub("", p[1]).upper(),
+                            "output": bool(p[3]),
+                        }
                         for p in _PARAMS.findall(header or "")
                     ]
-                refs = references(body[m.end() - m.start() :])
+                # The body after the header: a trigger's `AFTER INSERT, UPDATE` is not DML.
+                refs = references(body[len(header) if header else m.end() - m.start() :])
                 if kind == "trigger":
                     on = _INDEX_ON.search(clean, m.end())
                     if on:

@@ -56,17 +56,6 @@ def block_id(block: str) -> str | None:
     return m.group(1).strip() if m else None
 
 
-def parse_blocks(text: str) -> list[dict[str, str]]:
-    """Blocks found in a text: their header fields and `text`."""
-    out = []
-    for chunk in text.split(HEADER)[1:]:
-        head, sep, body = chunk.partition("\ntext:\n")
-        fields = dict(line.split(": ", 1) for line in head.strip().splitlines() if ": " in line)
-        fields["text"] = body.strip() if sep else ""
-        out.append(fields)
-    return out
-
-
 def selected_metadata(meta: Mapping[str, Any], fields: Sequence[str] | None) -> dict[str, Any]:
     """The metadata lines a step asked for (all scalar/list fields when fields is None)."""
     if fields is not None:

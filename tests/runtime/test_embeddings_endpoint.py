@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.embeddings import HashingEmbedder, make_embedder
+from runtime.embeddings import make_embedder
 from runtime.errors import StoreError
 from runtime.indexer import index_paths
 from runtime.nodestore import Scope, open_store
@@ -18,7 +18,7 @@ SAMPLE_ROOT = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sam
 
 
 @pytest.fixture
-def server():
+def server(hashing_embedder):
     """Answers /embeddings with hashing vectors, in reverse order (the client must sort)."""
     seen: list[dict] = []
     fail = {"status": 0}
@@ -32,7 +32,7 @@ def server():
                 self.end_headers()
                 self.wfile.write(b'{"error": "overloaded"}')
                 return
-            vectors = HashingEmbedder().embed(body["input"])
+            vectors = hashing_embedder.embed(body["input"])
             data = [{"index": i, "embedding": v} for i, v in enumerate(vectors)][::-1]
             payload = json.dumps({"data": data, "model": body["model"]}).encode()
             self.send_response(200)
@@ -45,19 +45,21 @@ def server():
             pass
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    )
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", seen, fail
     httpd.shutdown()
     httpd.server_close()
 
 
-def test_vectors_come_back_in_input_order_with_the_key(server, monkeypatch):
+def test_vectors_come_back_in_input_order_with_the_key(server, monkeypatch, hashing_embedder):
     url, seen, _ = server
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     emb = make_embedder(f"openai:text-embed@{url}")
     texts = ["basket items", "stored procedure", "payment capture"]
-    assert emb.embed(texts) == HashingEmbedder().embed(texts)
+    assert emb.embed(texts) == hashing_embedder.embed(texts)
     assert seen[0]["path"] == "/v1/embeddings" and seen[0]["model"] == "text-embed"
     assert seen[0]["auth"] == "Bearer sk-test"
 
@@ -80,3 +82,16 @@ def test_a_failing_endpoint_is_a_coded_error(server):
     with pytest.raises(StoreError) as info:
         make_embedder(f"openai:text-embed@{url}").embed(["x"])
     assert info.value.code == "EMBEDDINGS_UNAVAILABLE" and "503" in str(info.value)
+
+
+def test_the_hashing_double_is_not_offered_by_name(runner, tmp_path):
+    from runtime.cli import cli
+
+    index = tmp_path / "i.db"
+    args = ["index", str(SAMPLE_ROOT / "Database"), "--index", str(index), "--embedder"]
+    done = runner.invoke(cli, [*args, "hashing"])
+    assert done.exit_code == 1
+    assert done.stderr.startswith(
+        "error: EMBEDDINGS_UNAVAILABLE: unknown embedder 'hashing'; use minilm or openai:MODEL@URL\n"
+    )
+    assert not index.exists()  # refused before the index is created

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from runtime.embeddings import HashingEmbedder
 from runtime.errors import StoreError
 from runtime.indexer import index_paths
 from runtime.nodestore import Scope, fts_query, open_store, split_identifier
@@ -74,9 +73,8 @@ def test_edges_respect_scope(sample_index):
     assert (repo, proc, "UsesSql") not in sample_index.edges([repo], scope=PUBLIC)
 
 
-def test_hybrid_and_semantic_with_an_explicit_embedder(tmp_path):
-
-    emb = HashingEmbedder()
+def test_hybrid_and_semantic_with_an_explicit_embedder(tmp_path, hashing_embedder):
+    emb = hashing_embedder
     store = open_store(str(tmp_path / "v.db"), create=True)
     index_paths(store, [str(SAMPLE_ROOT / "src")], repository="r", embedder=emb)
     sem = store.search(
