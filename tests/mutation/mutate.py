@@ -43,6 +43,8 @@ COPIED = (
     "schemas",
     "tests",
     "docs",
+    "benchmarks",
+    "README.md",
     "pyproject.toml",
 )
 # Style tests kill mutants for formatting, not behaviour; slow tests are left to CI.
