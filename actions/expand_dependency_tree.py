@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from actions._scope import run_scope
-from runtime.action import Action, Outcome, StepContext, setting_ref
+from runtime.contract.action import Action, Outcome, StepContext, setting_ref
 
 
 class ExpandDependencyTree(Action):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.action import Action, Outcome, StepContext
+from runtime.contract.action import Action, Outcome, StepContext
 from runtime.errors import StateError
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actions import _jsonish
-from runtime.action import Action, Outcome, StepContext
+from runtime.contract.action import Action, Outcome, StepContext
 
 _TARGET_KEYS = ("target_step_id", "target", "id")
 

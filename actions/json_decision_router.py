@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actions import _jsonish
-from runtime.action import Action, Outcome, StepContext, Transition
+from runtime.contract.action import Action, Outcome, StepContext, Transition
 
 DECISION_KEYS = ("decision", "route", "mode")
 

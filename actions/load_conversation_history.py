@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from runtime.action import Action, Outcome, StepContext
+from runtime.contract.action import Action, Outcome, StepContext
 from runtime.errors import StateError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from runtime.action import Action, Outcome, Problem, StepContext, setting_ref
+from runtime.contract.action import Action, Outcome, Problem, StepContext, setting_ref
 
 DEFAULT_LIMIT = 4
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from runtime.action import Action, Outcome, StepContext, Transition
+from runtime.contract.action import Action, Outcome, StepContext, Transition
 
 
 class PrefixRouter(Action):

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from actions import _jsonish
-from runtime.action import Action, Outcome, StepContext
+from runtime.contract.action import Action, Outcome, StepContext
 
 _NON_WORD = re.compile(r"[^\w]+")
 

@@ -8,7 +8,7 @@ from typing import Any
 from actions import _jsonish
 from actions._scope import run_scope
 from actions.repeat_query_guard import normalize_query
-from runtime.action import Action, Outcome, Problem, StepContext
+from runtime.contract.action import Action, Outcome, Problem, StepContext
 from runtime.errors import RunError
 
 CLEARED = {

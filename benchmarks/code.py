@@ -18,7 +18,7 @@ from corpus import corpus
 
 import classifiers
 from classifiers import csharp, tsql
-from runtime.tokens import get_counter
+from runtime.context.tokens import get_counter
 
 
 def timed(fn, repeat: int = 5) -> float:

@@ -13,11 +13,11 @@ import tempfile
 import time
 from typing import Any
 
-from runtime.action import Action, Outcome
+from runtime.contract.action import Action, Outcome
 from runtime.engine import Engine
-from runtime.pipeline import Pipeline
-from runtime.registry import Registry
-from runtime.store import SqliteRunStore
+from runtime.format.pipeline import Pipeline
+from runtime.contract.registry import Registry
+from runtime.engine.store import SqliteRunStore
 
 
 class Tick(Action):

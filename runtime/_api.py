@@ -8,10 +8,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from runtime.engine import Engine, RunResult
-from runtime.pipeline import Pipeline
-from runtime.registry import Registry
-from runtime.services import Services
-from runtime.validation import Report, load_pipeline, validate_paths
+from runtime.format.pipeline import Pipeline
+from runtime.contract.registry import Registry
+from runtime.engine.services import Services
+from runtime.format.validation import Report, load_pipeline, validate_paths
 
 EventCallback = Callable[[dict[str, Any]], None]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime import codes
-from runtime.registry import Registry, default_registry
+from runtime.contract.registry import Registry, default_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 _FIELDS = re.compile(r"(<!-- fields:start -->\n).*?(<!-- fields:end -->)", re.S)
@@ -83,7 +83,7 @@ def _help(command: Any, name: str) -> str:
 
 def schema_json(registry: Registry | None = None) -> str:
     """schemas/pipeline.schema.json."""
-    from runtime.schema import document_schema, render
+    from runtime.format.schema import document_schema, render
 
     return render(document_schema(registry or default_registry()))
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runtime import codes
 
 if TYPE_CHECKING:
-    from runtime.diagnostics import Diagnostic
+    from runtime.format.diagnostics import Diagnostic
 
 
 class StepRuntimeError(Exception):

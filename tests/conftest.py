@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from runtime.action import Action, Outcome, Problem, Transition
-from runtime.registry import Registry
+from runtime.contract.action import Action, Outcome, Problem, Transition
+from runtime.contract.registry import Registry
 
 
 class Noop(Action):
@@ -124,8 +124,8 @@ SAMPLE_ROOT = Path(__file__).resolve().parent.parent / "pipelines" / "sample" / 
 @pytest.fixture(scope="session")
 def sample_index(tmp_path_factory):
     """The eshop sample indexed as repository `eshop`, with procedures labelled confidential."""
-    from runtime.indexer import index_paths
-    from runtime.nodestore import open_store
+    from runtime.retrieval.indexer import index_paths
+    from runtime.retrieval.nodestore import open_store
 
     path = tmp_path_factory.mktemp("index") / "index.db"
     store = open_store(str(path), create=True)
@@ -180,7 +180,7 @@ class HashingEmbedder:
         import hashlib
         import re
 
-        from runtime.nodestore import split_identifier
+        from runtime.retrieval.nodestore import split_identifier
 
         out = []
         for text in texts:
@@ -205,9 +205,9 @@ def hashing_by_default(monkeypatch, hashing_embedder) -> HashingEmbedder:
 
     Stands where `RUNTIME_EMBEDDER` would name a real embedder.
     """
-    import runtime.embeddings
+    import runtime.retrieval.embeddings
 
-    monkeypatch.setattr(runtime.embeddings, "default_embedder", lambda: hashing_embedder)
+    monkeypatch.setattr(runtime.retrieval.embeddings, "default_embedder", lambda: hashing_embedder)
     return hashing_embedder
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runtime.cli import cli
-from runtime.trace import without_timing
+from runtime.engine.trace import without_timing
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = str(ROOT / "pipelines" / "code_qa.yaml")

@@ -339,7 +339,7 @@ def billing(tmp_path_factory):
 
 
 def test_a_batch_over_the_budget_is_compacted_on_demand(code_qa, billing, tmp_path):
-    from runtime.tokens import get_counter
+    from runtime.context.tokens import get_counter
 
     result = run(
         code_qa,

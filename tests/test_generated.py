@@ -34,9 +34,9 @@ def test_every_code_is_in_the_errors_page():
 def test_every_action_has_a_page_whose_example_validates():
     import re
 
-    from runtime.loader import read_yaml
-    from runtime.registry import default_registry
-    from runtime.schema import action_def
+    from runtime.format.loader import read_yaml
+    from runtime.contract.registry import default_registry
+    from runtime.format.schema import action_def
 
     reg = default_registry()
     for name in reg.names():

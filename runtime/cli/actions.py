@@ -14,7 +14,7 @@ from runtime.cli._common import handle_errors
 @handle_errors
 def actions(as_json: bool) -> None:
     """List the registered actions, where each comes from and whether it can run."""
-    from runtime.registry import default_registry
+    from runtime.contract.registry import default_registry
 
     rows = []
     for info in default_registry().infos():

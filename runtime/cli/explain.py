@@ -13,7 +13,7 @@ from runtime.cli._common import handle_errors
 def explain(code: str) -> None:
     """Explain an error or diagnostic code (see docs/errors.md for the table)."""
     from runtime import codes
-    from runtime.checks import did_you_mean
+    from runtime.format.checks import did_you_mean
 
     entry = codes.CODES.get(code.upper())
     if entry is None:

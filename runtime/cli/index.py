@@ -51,9 +51,9 @@ def index(
     as_json: bool,
 ) -> None:
     """Index C#, T-SQL, Markdown and text files under PATHS (incremental)."""
-    from runtime.embeddings import make_embedder
-    from runtime.indexer import index_paths, load_labels
-    from runtime.nodestore import open_store
+    from runtime.retrieval.embeddings import make_embedder
+    from runtime.retrieval.indexer import index_paths, load_labels
+    from runtime.retrieval.nodestore import open_store
 
     emb = make_embedder(embedder) if embedder else None  # a bad name creates no index
     store = open_store(index_path, create=True)
@@ -150,7 +150,7 @@ def search(
     as_json: bool,
 ) -> None:
     """Search the node store."""
-    from runtime.nodestore import Scope, open_store
+    from runtime.retrieval.nodestore import Scope, open_store
 
     store = open_store(index_path)
     scope = Scope(repository, snapshot, tuple(labels) if labels else None)

@@ -15,7 +15,7 @@ from runtime.cli._common import handle_errors
 def inspect_text(text: str, path: str, encoding: str = "cl100k_base") -> dict[str, Any]:
     """The inspection record printed by `runtime inspect --json`."""
     import classifiers
-    from runtime.tokens import get_counter
+    from runtime.context.tokens import get_counter
 
     counter = get_counter(encoding)
     c = classifiers.classify(text, path)

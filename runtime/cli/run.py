@@ -90,9 +90,9 @@ def _run(engine_call: Any, as_json: bool) -> None:
 
 
 def _load_or_exit(path: str) -> Any:
-    from runtime.diagnostics import render_text
+    from runtime.format.diagnostics import render_text
     from runtime.errors import PipelineInvalidError
-    from runtime.validation import load_pipeline
+    from runtime.format.validation import load_pipeline
 
     try:
         return load_pipeline(path)
@@ -161,8 +161,8 @@ def exec_(
     Exit status: 0 completed, 1 failed, 2 invalid pipeline or usage error.
     """
     from runtime.engine import Engine
-    from runtime.services import Services
-    from runtime.store import SqliteRunStore
+    from runtime.engine.services import Services
+    from runtime.engine.store import SqliteRunStore
 
     loaded = _load_or_exit(pipeline)
     inputs = _parse_inputs(input_pairs, inputs_file, loaded.inputs)
@@ -208,8 +208,8 @@ def resume(
 ) -> None:
     """Resume a crashed or failed run from its last checkpoint."""
     from runtime.engine import Engine
-    from runtime.services import Services
-    from runtime.store import SqliteRunStore
+    from runtime.engine.services import Services
+    from runtime.engine.store import SqliteRunStore
 
     run_store = SqliteRunStore(store)
     file = run_store.run_file(run_id)

@@ -21,7 +21,7 @@ from runtime.cli._common import handle_errors
 @handle_errors
 def runs(store: str | None, limit: int, as_json: bool) -> None:
     """List runs with status and timing, newest first."""
-    from runtime.store import SqliteRunStore
+    from runtime.engine.store import SqliteRunStore
 
     rows = SqliteRunStore(store).runs(limit)
     if as_json:
@@ -45,8 +45,8 @@ def runs(store: str | None, limit: int, as_json: bool) -> None:
 @handle_errors
 def trace(run_id: str, store: str | None, fmt: str) -> None:
     """Show a run's trace events."""
-    from runtime import trace as tr
-    from runtime.store import SqliteRunStore
+    from runtime.engine import trace as tr
+    from runtime.engine.store import SqliteRunStore
 
     events = SqliteRunStore(store).events(run_id)
     click.echo(tr.to_jsonl(events) if fmt == "jsonl" else tr.render_text(events), nl=fmt == "text")

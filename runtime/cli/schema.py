@@ -19,8 +19,8 @@ def schema(output: str | None) -> None:
     """Print the pipeline JSON Schema (Draft 2020-12), generated from the registered actions."""
     from pathlib import Path
 
-    from runtime.registry import default_registry
-    from runtime.schema import document_schema, render
+    from runtime.contract.registry import default_registry
+    from runtime.format.schema import document_schema, render
 
     text = render(document_schema(default_registry()))
     if output:

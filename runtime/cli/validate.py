@@ -13,8 +13,8 @@ FORMATS = ("text", "json", "github", "sarif")
 
 
 def _run(paths: tuple[str, ...], fmt: str, strict: bool) -> None:
-    from runtime import diagnostics as d
-    from runtime.validation import expand_paths, validate_paths
+    from runtime.format import diagnostics as d
+    from runtime.format.validation import expand_paths, validate_paths
 
     files = expand_paths(list(paths))
     if not files:

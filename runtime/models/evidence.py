@@ -1,6 +1,6 @@
 """Reading evidence blocks and the question back out of a rendered prompt.
 
-Blocks use the shared context block format (`runtime.blocks`). Prompts may wrap
+Blocks use the shared context block format (`runtime.context.blocks`). Prompts may wrap
 them in delimiters (`<evidence> ... </evidence>`, `=== new evidence ===`); a
 block's text ends at the next block header or at a closing delimiter tag alone on
 its line, so the prompt text after the evidence is not mistaken for node text.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from runtime.blocks import HEADER
+from runtime.context.blocks import HEADER
 
 _CLOSING_TAG = re.compile(r"^\s*</[A-Za-z][\w:.-]*\s*>\s*$")
 _OPENING_TAG = re.compile(r"^\s*<[A-Za-z][\w:.-]*(\s[^<>]*)?>\s*$")

@@ -34,7 +34,7 @@ from typing import Any
 
 from runtime.models.base import ChunkCallback, ModelConfig, ModelRequest, ModelResponse
 from runtime.models.evidence import Block, question_of, split_prompt
-from runtime.nodestore import STOPWORDS, split_identifier
+from runtime.retrieval.nodestore import STOPWORDS, split_identifier
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NOTICE = (
@@ -187,7 +187,7 @@ class ExtractiveProvider:
             text = answer_text(question, rank(question, blocks))
         if on_chunk is not None:
             on_chunk(text)
-        from runtime.tokens import get_counter
+        from runtime.context.tokens import get_counter
 
         count = get_counter(self.config.tokenizer).count
         return ModelResponse(

@@ -143,7 +143,7 @@ class OpenAIProvider:
     def _counter(self) -> Callable[[str], int]:
         # Only when the server gave no usage: loading a tokenizer is not free.
         if self.count_tokens is None:
-            from runtime.tokens import get_counter
+            from runtime.context.tokens import get_counter
 
             self.count_tokens = get_counter(self.config.tokenizer).count
         return self.count_tokens

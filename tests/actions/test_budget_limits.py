@@ -3,7 +3,7 @@
 manage_context_budget (max_context_tokens, its compaction policies, the batch marker, dedup),
 fetch_node_texts (max_chars, budget_tokens, the 70% default), call_model's window check and
 loop_guard's counter, all run through the engine. Every limit is computed in the test from the
-shared block format (runtime.blocks) and the real tokenizer (runtime.tokens), then the budget is
+shared block format (runtime.context.blocks) and the real tokenizer (runtime.context.tokens), then the budget is
 set to that count, one less and one more.
 """
 
@@ -17,8 +17,8 @@ import pytest
 
 import classifiers
 import runtime
-from runtime.blocks import format_block
-from runtime.tokens import get_counter
+from runtime.context.blocks import format_block
+from runtime.context.tokens import get_counter
 
 COUNTER = get_counter()  # cl100k_base: the default of settings.tokenizer and of a model
 SEP = "\n\n"  # blocks are joined with a blank line in context_blocks

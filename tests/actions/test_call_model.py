@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from actions.call_model import CallModel
-from runtime.blocks import format_block
+from runtime.context.blocks import format_block
 from runtime.engine import Engine
 from runtime.models.evidence import split_prompt
-from runtime.pipeline import Pipeline
-from runtime.services import Services
+from runtime.format.pipeline import Pipeline
+from runtime.engine.services import Services
 
 
 @pytest.fixture
@@ -204,7 +204,7 @@ def test_json_replies_are_not_streamed(prompts, chat_server):
 def test_the_api_key_reaches_only_the_authorization_header(prompts, chat_server, monkeypatch):
     import json
 
-    from runtime.store import SqliteRunStore
+    from runtime.engine.store import SqliteRunStore
 
     key = "sk-live-never-stored-9"
     monkeypatch.setenv("OPENAI_API_KEY", key)

@@ -10,10 +10,10 @@ from actions import _jsonish
 from actions.set_variables import apply_transform
 from runtime.engine import Engine
 from runtime.errors import RunError
-from runtime.pipeline import Pipeline
-from runtime.registry import default_registry
-from runtime.source import SourceMap
-from runtime.validation import check_pipeline
+from runtime.format.pipeline import Pipeline
+from runtime.contract.registry import default_registry
+from runtime.format.source import SourceMap
+from runtime.format.validation import check_pipeline
 
 
 def run(steps: list[dict[str, Any]], inputs: dict[str, Any] | None = None, **settings: Any):

@@ -50,8 +50,8 @@ END = {"id": "end", "action": "finalize", "source": "retrieval_query"}
 @pytest.fixture(scope="module")
 def index(tmp_path_factory, hashing_embedder):
     """Three copies of the sample, labelled, with hashing vectors for semantic search."""
-    from runtime.indexer import index_paths
-    from runtime.nodestore import open_store
+    from runtime.retrieval.indexer import index_paths
+    from runtime.retrieval.nodestore import open_store
 
     store = open_store(str(tmp_path_factory.mktemp("scope") / "index.db"), create=True)
     for repository, snapshot in COPIES:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import classifiers
-from runtime.tokens import get_counter
+from runtime.context.tokens import get_counter
 
 SAMPLE = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
 FILES = sorted(SAMPLE.rglob("*.cs")) + sorted(SAMPLE.rglob("*.sql"))

@@ -186,7 +186,7 @@ def test_every_code_fixture_has_its_elisions_listed():
 
 @pytest.mark.parametrize("rel", sorted(ELISIONS))
 def test_compact_is_shorter_and_states_elisions(rel):
-    from runtime.tokens import get_counter
+    from runtime.context.tokens import get_counter
 
     text, counter = _read(rel), get_counter()
     lang = classifiers.classify(text, rel).language
@@ -212,7 +212,7 @@ def test_csharp_skeleton_keeps_interface_enum_and_states_fields():
 
 
 def test_csharp_budget_keeps_public_methods_first():
-    from runtime.tokens import get_counter
+    from runtime.context.tokens import get_counter
 
     counter = get_counter()
     out = classifiers.compact(_read("src/FundsTransferService.cs"), "dotnet", 200, counter)

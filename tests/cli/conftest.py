@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import runtime.registry as registry_module
+import runtime.contract.registry as registry_module
 
 
 @pytest.fixture

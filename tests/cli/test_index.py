@@ -68,7 +68,7 @@ def test_bad_labels_file_is_a_usage_error(runner, tmp_path):
 
 
 def test_jobs_option(runner, tmp_path, monkeypatch):
-    import runtime.indexer as indexer
+    import runtime.retrieval.indexer as indexer
 
     monkeypatch.setattr(indexer, "PARALLEL_MIN_FILES", 1)  # the sample is small
     reports = []

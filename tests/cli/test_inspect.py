@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from runtime.cli import cli
-from runtime.tokens import get_counter
+from runtime.context.tokens import get_counter
 
 SAMPLE = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
 

@@ -6,9 +6,9 @@ import asyncio
 import threading
 
 import runtime
-from runtime.action import Action, Outcome
-from runtime.pipeline import Pipeline
-from runtime.registry import Registry
+from runtime.contract.action import Action, Outcome
+from runtime.format.pipeline import Pipeline
+from runtime.contract.registry import Registry
 
 
 def test_exported_members_match_all():

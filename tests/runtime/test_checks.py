@@ -6,7 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime import checks, codes
+from runtime.format import checks
+
+from runtime import codes
 
 
 def _codes(steps, settings_, registry):

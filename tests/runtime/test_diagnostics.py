@@ -9,8 +9,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from runtime import diagnostics as d
-from runtime.validation import validate_paths
+from runtime.format import diagnostics as d
+from runtime.format.validation import validate_paths
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 GOLDEN = DATA / "golden"

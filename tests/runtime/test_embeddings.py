@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.embeddings import MiniLMEmbedder, make_embedder
+from runtime.retrieval.embeddings import MiniLMEmbedder, make_embedder
 from runtime.errors import StoreError
-from runtime.indexer import index_paths
-from runtime.nodestore import Scope, open_store
+from runtime.retrieval.indexer import index_paths
+from runtime.retrieval.nodestore import Scope, open_store
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SAMPLE_ROOT = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
@@ -98,8 +98,8 @@ def test_a_pipeline_searches_semantically_with_the_real_model(
 ):
     """search_nodes with search_type semantic, through the engine, the model from settings' env."""
     from runtime.engine import Engine
-    from runtime.pipeline import Pipeline
-    from runtime.services import Services
+    from runtime.format.pipeline import Pipeline
+    from runtime.engine.services import Services
 
     monkeypatch.setenv("RUNTIME_MINILM_DIR", str(minilm_dir))
     settings = {"entry_step_id": "s"}

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.embeddings import make_embedder
+from runtime.retrieval.embeddings import make_embedder
 from runtime.errors import StoreError
-from runtime.indexer import index_paths
-from runtime.nodestore import Scope, open_store
+from runtime.retrieval.indexer import index_paths
+from runtime.retrieval.nodestore import Scope, open_store
 
 SAMPLE_ROOT = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
 

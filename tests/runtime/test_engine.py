@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from runtime.action import Action, Outcome
+from runtime.contract.action import Action, Outcome
 from runtime.engine import Engine
 from runtime.errors import ModelTimeoutError, RunError
-from runtime.pipeline import Pipeline
-from runtime.registry import Registry
+from runtime.format.pipeline import Pipeline
+from runtime.contract.registry import Registry
 
 
 class Put(Action):
@@ -402,7 +402,7 @@ def test_cancel_from_another_thread():
 
 
 def test_same_inputs_same_trace():
-    from runtime.trace import without_timing
+    from runtime.engine.trace import without_timing
 
     p = make(TABLE[5][1])
     a, b = run(p), run(p)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.validation import load_pipeline, validate_paths
+from runtime.format.validation import load_pipeline, validate_paths
 
 VALID = Path(__file__).resolve().parent.parent / "data" / "valid"
 

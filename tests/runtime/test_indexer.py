@@ -5,8 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from runtime.indexer import doc_chunks, index_paths, labels_for
-from runtime.nodestore import Scope, open_store
+from runtime.retrieval.indexer import doc_chunks, index_paths, labels_for
+from runtime.retrieval.nodestore import Scope, open_store
 
 SAMPLE_ROOT = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
 
@@ -108,7 +108,7 @@ def _dump(store) -> tuple[list, list, list]:
 
 def test_worker_processes_build_the_same_index(tmp_path, monkeypatch):
     """Parsing in worker processes changes nothing in the index, only who does the work."""
-    import runtime.indexer as indexer
+    import runtime.retrieval.indexer as indexer
 
     monkeypatch.setattr(indexer, "PARALLEL_MIN_FILES", 1)
     root = _copy(tmp_path)
@@ -200,7 +200,7 @@ def test_workers_start_fresh_interpreters_when_other_threads_run(tmp_path, monke
     """With a thread alive fork is unsafe: spawned workers build the same index."""
     import threading
 
-    import runtime.indexer as indexer
+    import runtime.retrieval.indexer as indexer
 
     monkeypatch.setattr(indexer, "PARALLEL_MIN_FILES", 1)
     done = threading.Event()
@@ -283,7 +283,7 @@ def test_build_output_dependencies_and_dot_folders_are_not_walked(tmp_path):
 
 def test_sql_scripts_saved_as_utf16_or_windows_1252_are_read(tmp_path):
     """SSMS saves scripts as UTF-16 with a byte-order mark; older tools wrote Windows-1252."""
-    from runtime.indexer import decode_source
+    from runtime.retrieval.indexer import decode_source
 
     root = tmp_path / "db"
     root.mkdir()

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.loader import MAX_DEPTH, MAX_NODES, pipelines_in, read_yaml
-from runtime.source import LList, LMap, SourceMap
+from runtime.format.loader import MAX_DEPTH, MAX_NODES, pipelines_in, read_yaml
+from runtime.format.source import LList, LMap, SourceMap
 
 
 def test_positions_of_keys_values_and_items():
@@ -79,7 +79,7 @@ def test_deep_or_recursive_nesting_is_refused(text):
 
 
 def test_file_size_limit(tmp_path, monkeypatch):
-    import runtime.loader as loader
+    import runtime.format.loader as loader
 
     monkeypatch.setattr(loader, "MAX_FILE_BYTES", 100)
     big = tmp_path / "big.yaml"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from runtime.action import ActionInfo
-from runtime.registry import Registry, default_registry
-from runtime.source import SourceMap
-from runtime.validation import check_pipeline
+from runtime.contract.action import ActionInfo
+from runtime.contract.registry import Registry, default_registry
+from runtime.format.source import SourceMap
+from runtime.format.validation import check_pipeline
 
 BUILTINS = {
     "search_nodes",

@@ -130,9 +130,9 @@ def assert_same_run(resumed: runtime.RunResult, ref: runtime.RunResult) -> None:
 
 CHILD_MODULE = textwrap.dedent("""
     import os, pathlib, time
-    from runtime.action import Action, Outcome
-    from runtime.pipeline import Pipeline
-    from runtime.registry import Registry
+    from runtime.contract.action import Action, Outcome
+    from runtime.format.pipeline import Pipeline
+    from runtime.contract.registry import Registry
 
     class Stall(Action):
         name = "stall"
@@ -165,7 +165,7 @@ def test_sigkill_before_the_first_checkpoint_resumes_from_the_entry(tmp_path, mo
     entered = tmp_path / "entered"
     script = (
         f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
-        "import stall_mod\nfrom runtime.engine import Engine\nfrom runtime.store import SqliteRunStore\n"
+        "import stall_mod\nfrom runtime.engine import Engine\nfrom runtime.engine.store import SqliteRunStore\n"
         f"Engine(stall_mod.PIPELINE, registry=stall_mod.REG, store=SqliteRunStore({db!r}))"
         ".run({'greeting': 'hi'}, run_id='early')\n"
     )

@@ -16,14 +16,14 @@ import pytest
 
 from runtime.engine import Engine
 from runtime.errors import RunError
-from runtime.store import SqliteRunStore
+from runtime.engine.store import SqliteRunStore
 
 # A pipeline and its actions, in a module both this test and a killed child process import.
 MODULE = textwrap.dedent("""
     import os, time
-    from runtime.action import Action, Outcome
-    from runtime.pipeline import Pipeline
-    from runtime.registry import Registry
+    from runtime.contract.action import Action, Outcome
+    from runtime.format.pipeline import Pipeline
+    from runtime.contract.registry import Registry
 
     class Tick(Action):
         name = "tick"
@@ -98,7 +98,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, mod):
     reference = Engine(mod.PIPELINE, registry=mod.REG).run({}, run_id="ref")
     script = (
         f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
-        "import ticks_mod\nfrom runtime.engine import Engine\nfrom runtime.store import SqliteRunStore\n"
+        "import ticks_mod\nfrom runtime.engine import Engine\nfrom runtime.engine.store import SqliteRunStore\n"
         f"Engine(ticks_mod.PIPELINE, registry=ticks_mod.REG, store=SqliteRunStore({db!r}))"
         ".run({}, run_id='k')\n"
     )
@@ -122,7 +122,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, mod):
 
 
 def test_resume_refusals(tmp_path, mod):
-    from runtime.pipeline import Pipeline
+    from runtime.format.pipeline import Pipeline
 
     store = SqliteRunStore(str(tmp_path / "runs.db"))
     engine = Engine(mod.PIPELINE, registry=mod.REG, store=store)
@@ -164,7 +164,7 @@ def test_concurrent_runs_in_processes(tmp_path, mod):
     db = str(tmp_path / "runs.db")
     script = (
         f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
-        "import ticks_mod\nfrom runtime.engine import Engine\nfrom runtime.store import SqliteRunStore\n"
+        "import ticks_mod\nfrom runtime.engine import Engine\nfrom runtime.engine.store import SqliteRunStore\n"
         f"st = SqliteRunStore({db!r})\n"
         "for i in range(5):\n"
         "    r = Engine(ticks_mod.PIPELINE, registry=ticks_mod.REG, store=st).run({}, run_id=sys.argv[1] + str(i))\n"

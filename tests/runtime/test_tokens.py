@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import TokenizerError
-from runtime.tokens import SHA256, get_counter
+from runtime.context.tokens import SHA256, get_counter
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SAMPLES = [p.read_text() for p in sorted((ROOT / "runtime").glob("*.py"))[:8]] + [
@@ -156,7 +156,7 @@ def test_unknown_encoding_is_coded():
 @pytest.mark.slow
 def test_works_offline_from_an_empty_cache(tmp_path):
     code = (
-        "from runtime.tokens import get_counter\n"
+        "from runtime.context.tokens import get_counter\n"
         "print(get_counter('cl100k_base').count('hello world'), "
         "get_counter('o200k_base').count('hello world'))"
     )
@@ -177,7 +177,7 @@ def test_works_offline_from_an_empty_cache(tmp_path):
 def test_a_corrupted_cache_file_is_rebuilt_not_trusted(tmp_path, monkeypatch):
     import hashlib
 
-    from runtime import tokens
+    from runtime.context import tokens
 
     monkeypatch.setenv("STEP_RUNTIME_CACHE", str(tmp_path))
     bad = tmp_path / "tiktoken" / "o200k_base.tiktoken"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.validation import validate_paths
+from runtime.format.validation import validate_paths
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 INVALID = sorted((DATA / "invalid").glob("*.yaml"))

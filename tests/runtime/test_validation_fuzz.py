@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime import codes
-from runtime.loader import pipelines_in, read_yaml
-from runtime.source import SourceMap
-from runtime.validation import check_pipeline
+from runtime.format.loader import pipelines_in, read_yaml
+from runtime.format.source import SourceMap
+from runtime.format.validation import check_pipeline
 
 _scalar = st.one_of(
     st.none(),

@@ -22,8 +22,8 @@ import pytest
 from click.testing import CliRunner
 
 import runtime
-from runtime import diagnostics as render
-from runtime.action import Action
+from runtime.format import diagnostics as render
+from runtime.contract.action import Action
 from runtime.cli import cli, main
 
 DATA = Path(__file__).resolve().parent.parent / "data"

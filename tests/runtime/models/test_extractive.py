@@ -7,7 +7,7 @@ import json
 import jsonschema
 import pytest
 
-from runtime.blocks import format_block
+from runtime.context.blocks import format_block
 from runtime.models import ModelRequest, resolve_provider
 from runtime.models.evidence import question_of, split_prompt
 from runtime.models.extractive import NOTICE

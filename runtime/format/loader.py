@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from runtime.diagnostics import Diagnostic
-from runtime.source import LList, LMap, Location, PathT, json_path
+from runtime.format.diagnostics import Diagnostic
+from runtime.format.source import LList, LMap, Location, PathT, json_path
 
 MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_NODES = 200_000  # counts alias expansions, so a "billion laughs" document stops here

@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from runtime.errors import StateError
-from runtime.inbox import Inbox, Message
-from runtime.state import ENGINE_OWNED, RunState, check_json
+from runtime.engine.inbox import Inbox, Message
+from runtime.engine.state import ENGINE_OWNED, RunState, check_json
 
 if TYPE_CHECKING:
-    from runtime.pipeline import Pipeline, Step
-    from runtime.services import Services
-    from runtime.trace import Tracer
+    from runtime.format.pipeline import Pipeline, Step
+    from runtime.engine.services import Services
+    from runtime.engine.trace import Tracer
 
 _MISSING: Any = ...
 _DELETED = object()

@@ -13,9 +13,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.action import Action, Transition
-from runtime.registry import Registry
-from runtime.source import PathT
+from runtime.contract.action import Action, Transition
+from runtime.contract.registry import Registry
+from runtime.format.source import PathT
 
 Step = Mapping[str, Any]
 

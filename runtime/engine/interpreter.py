@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime._access import mapping
-from runtime.action import Action, Outcome
-from runtime.context import Context
+from runtime.format.access import mapping
+from runtime.contract.action import Action, Outcome
+from runtime.engine.step_context import Context
 from runtime.errors import (
     MaxStepsExceededError,
     ModelError,
@@ -27,12 +27,12 @@ from runtime.errors import (
     RunError,
     StepRuntimeError,
 )
-from runtime.inbox import Inbox
-from runtime.pipeline import Pipeline, Step
-from runtime.registry import Registry, default_registry
-from runtime.services import Services
-from runtime.state import RunState, apply_inputs
-from runtime.trace import Tracer, summarize
+from runtime.engine.inbox import Inbox
+from runtime.format.pipeline import Pipeline, Step
+from runtime.contract.registry import Registry, default_registry
+from runtime.engine.services import Services
+from runtime.engine.state import RunState, apply_inputs
+from runtime.engine.trace import Tracer, summarize
 
 _MODEL_CODES = frozenset(
     {"MODEL_RATE_LIMITED", "MODEL_TIMEOUT", "MODEL_PROVIDER_ERROR", "INVALID_STRUCTURED_OUTPUT"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-from runtime.action import Action, ActionInfo
+from runtime.contract.action import Action, ActionInfo
 
 GROUP = "step_runtime.actions"
 _DIST = "step-runtime"

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runtime.diagnostics import Diagnostic
-from runtime.loader import PipelineDoc, YamlFile, _diag, pipelines_in, read_yaml
-from runtime.source import LList, LMap, Location
+from runtime.format.diagnostics import Diagnostic
+from runtime.format.loader import PipelineDoc, YamlFile, _diag, pipelines_in, read_yaml
+from runtime.format.source import LList, LMap, Location
 
 
 class _Cycle(Exception):

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
-    from runtime.inbox import Message
-    from runtime.pipeline import Pipeline
-    from runtime.services import Services
+    from runtime.engine.inbox import Message
+    from runtime.format.pipeline import Pipeline
+    from runtime.engine.services import Services
 
 Path = tuple[str | int, ...]
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from runtime.state import check_json
+from runtime.engine.state import check_json
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.errors import InputError, StateError
-from runtime.pipeline import Pipeline
+from runtime.format.pipeline import Pipeline
 
 # Engine-owned: written only by the engine; no YAML rule, action or model output may set them.
 ENGINE_OWNED: frozenset[str] = frozenset(

@@ -13,15 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime import checks, codes
-from runtime._access import items, mapping
-from runtime.diagnostics import Diagnostic, sort_diagnostics
+from runtime.format import checks
+
+from runtime import codes
+from runtime.format.access import items, mapping
+from runtime.format.diagnostics import Diagnostic, sort_diagnostics
 from runtime.errors import PipelineInvalidError, UsageError
-from runtime.extends import FileCache, resolve
-from runtime.loader import BOOL_WORDS, BoolKey, PipelineDoc
-from runtime.pipeline import Pipeline
-from runtime.registry import Registry, default_registry
-from runtime.source import LMap, Location, PathT, SourceMap, json_path
+from runtime.format.extends import FileCache, resolve
+from runtime.format.loader import BOOL_WORDS, BoolKey, PipelineDoc
+from runtime.format.pipeline import Pipeline
+from runtime.contract.registry import Registry, default_registry
+from runtime.format.source import LMap, Location, PathT, SourceMap, json_path
 
 _RANGE = {
     "minimum",
@@ -74,7 +76,7 @@ class _Validators:
     def __init__(self, registry: Registry) -> None:
         from jsonschema import Draft202012Validator
 
-        from runtime.schema import PIPELINE_FIELDS, action_def, document_schema
+        from runtime.format.schema import PIPELINE_FIELDS, action_def, document_schema
 
         full = document_schema(registry)
         shallow_props = dict(PIPELINE_FIELDS)
@@ -347,7 +349,7 @@ def check_pipeline(
                 key=True,
             )
         )
-    from runtime.state import ENGINE_OWNED
+    from runtime.engine.state import ENGINE_OWNED
 
     for f in checks.check_inputs(data.get("inputs"), ENGINE_OWNED):
         out.append(pos.diag(f.code, f.message, f.path, hint=f.hint, key=f.key))

@@ -1015,7 +1015,7 @@ class SqliteNodeStore:
         filters: dict[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
         """Cosine-similarity hits over stored vectors of the embedder's model."""
-        from runtime.embeddings import cosine_top
+        from runtime.retrieval.embeddings import cosine_top
 
         where, args = self._scope_sql(scope)
         fsql, fargs = self._filter_sql(filters)
@@ -1049,7 +1049,7 @@ class SqliteNodeStore:
         if search_type == "bm25":
             return self.bm25(query, scope=scope, top_k=top_k, filters=filters)
         if embedder is None:
-            from runtime.embeddings import default_embedder
+            from runtime.retrieval.embeddings import default_embedder
 
             embedder = default_embedder()
         if search_type == "semantic":

@@ -53,7 +53,7 @@ class Services:
         with self._lock:
             counter = self._token_counters.get(name)
             if counter is None:
-                from runtime.tokens import get_counter
+                from runtime.context.tokens import get_counter
 
                 counter = get_counter(name)
                 self._token_counters[name] = counter
@@ -88,7 +88,7 @@ class Services:
         """The node store (opened from index_path, RUNTIME_INDEX or .runtime/index.db)."""
         with self._lock:
             if self._node_store is None:
-                from runtime.nodestore import open_store
+                from runtime.retrieval.nodestore import open_store
 
                 self._node_store = open_store(self.index_path)
             return self._node_store

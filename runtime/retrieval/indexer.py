@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.nodestore import Node, NodeRow, SqliteNodeStore, node_id
+from runtime.retrieval.nodestore import Node, NodeRow, SqliteNodeStore, node_id
 
 CODE_SUFFIXES = {".cs", ".sql"}
 DOC_SUFFIXES = {".md", ".markdown", ".txt", ".rst"}
@@ -221,7 +221,7 @@ def index_paths(
     with store.batch():
         new_vectors: dict[str, bytes] = {}
         if embedder is not None:
-            from runtime.embeddings import to_blob
+            from runtime.retrieval.embeddings import to_blob
         fresh: dict[str, Any] = {}  # path -> Extraction of the files parsed now
         for i, (rel, digest, rows, summary, encoded, error) in enumerate(
             _prepare_all(work, repository, snapshot, jobs)
@@ -379,7 +379,7 @@ def _prepare(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
 
 def _parse(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
     import classifiers
-    from runtime.nodestore import encode_extraction, node_row
+    from runtime.retrieval.nodestore import encode_extraction, node_row
 
     rel, text, digest, labels = item
     nodes: list[Node] = []

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runtime.action import STEP_ID_PATTERN, VARIABLE_PATTERN, Action
-from runtime.pipeline import INPUT_TYPES
-from runtime.registry import Registry
+from runtime.contract.action import STEP_ID_PATTERN, VARIABLE_PATTERN, Action
+from runtime.format.pipeline import INPUT_TYPES
+from runtime.contract.registry import Registry
 
 SCHEMA_ID = "https://step-runtime.dev/schemas/pipeline.schema.json"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runtime._access import mapping
+from runtime.format.access import mapping
 
 if TYPE_CHECKING:
-    from runtime.source import SourceMap
+    from runtime.format.source import SourceMap
 
 DEFAULT_MAX_STEPS = 1000
 INPUT_TYPES = ("string", "integer", "number", "boolean", "array", "object", "any")
