@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 from runtime.errors import StateError
 
 if TYPE_CHECKING:
-    from runtime.retrieval.nodestore import Scope
+    from runtime.retrieval.node import Scope
 
 
 def run_scope(ctx: Any) -> Scope:
     """The caller's scope for this run."""
-    from runtime.retrieval.nodestore import Scope  # loaded with the first search, not at validation
+    from runtime.retrieval.node import Scope  # loaded with the first search, not at validation
 
     def pick(name: str) -> Any:
         if name in ctx.inputs and ctx.inputs[name] is not None:

@@ -7,8 +7,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from runtime.contract.action import Action, Outcome, Problem, StepContext
 from runtime.context.blocks import HEADER
+from runtime.contract.action import Action, Outcome, Problem, StepContext
 from runtime.errors import (
     ContextOverflowError,
     InvalidStructuredOutputError,

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actions._scope import run_scope
-from runtime.contract.action import Action, Outcome, Problem, StepContext, setting_ref
 from runtime.context.blocks import format_block, selected_metadata
+from runtime.contract.action import Action, Outcome, Problem, StepContext, setting_ref
 from runtime.errors import RunError
 
 # Ordered from least to most sensitive: the aggregate reports the highest present.

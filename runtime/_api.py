@@ -7,10 +7,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from runtime.engine import Engine, RunResult
-from runtime.format.pipeline import Pipeline
 from runtime.contract.registry import Registry
+from runtime.engine import Engine, RunResult
 from runtime.engine.services import Services
+from runtime.format.pipeline import Pipeline
 from runtime.format.validation import Report, load_pipeline, validate_paths
 
 EventCallback = Callable[[dict[str, Any]], None]

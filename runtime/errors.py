@@ -25,12 +25,27 @@ Library code raises these; only the CLI edge turns them into output and exit cod
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, Protocol
 
 from runtime import codes
 
-if TYPE_CHECKING:
-    from runtime.format.diagnostics import Diagnostic
+
+class Located(Protocol):
+    """What an error needs of a diagnostic (the format layer's `Diagnostic` has it all)."""
+
+    @property
+    def code(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def file(self) -> str: ...
+    @property
+    def line(self) -> int: ...
+    @property
+    def column(self) -> int: ...
 
 
 class StepRuntimeError(Exception):
@@ -64,14 +79,14 @@ class PipelineInvalidError(StepRuntimeError):
     default_code = "SCHEMA_INVALID"
     exit_code = 2
 
-    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+    def __init__(self, diagnostics: Sequence[Located]) -> None:
         errors = [d for d in diagnostics if d.severity == "error"]
         first = errors[0] if errors else (diagnostics[0] if diagnostics else None)
         msg = f"pipeline invalid: {len(errors)} error(s)"
         if first is not None:
             msg += f"; first: {first.file}:{first.line}:{first.column} {first.code} {first.message}"
         super().__init__(msg, code=first.code if first else "SCHEMA_INVALID")
-        self.diagnostics = diagnostics
+        self.diagnostics: list[Any] = list(diagnostics)  # the format layer's Diagnostic objects
 
 
 class LoadError(StepRuntimeError):

@@ -180,7 +180,7 @@ class HashingEmbedder:
         import hashlib
         import re
 
-        from runtime.retrieval.nodestore import split_identifier
+        from runtime.retrieval.words import split_identifier
 
         out = []
         for text in texts:

@@ -34,8 +34,8 @@ def test_every_code_is_in_the_errors_page():
 def test_every_action_has_a_page_whose_example_validates():
     import re
 
-    from runtime.format.loader import read_yaml
     from runtime.contract.registry import default_registry
+    from runtime.format.loader import read_yaml
     from runtime.format.schema import action_def
 
     reg = default_registry()

@@ -20,8 +20,8 @@ from runtime.cli._common import handle_errors
 @handle_errors
 def graph(pipeline: str, fmt: str) -> None:
     """Draw a pipeline's step graph with labelled branches (PIPELINE may be FILE#NAME)."""
-    from runtime.format.graph import to_dot, to_mermaid
     from runtime.contract.registry import default_registry
+    from runtime.format.graph import to_dot, to_mermaid
     from runtime.format.validation import load_pipeline
 
     loaded = load_pipeline(pipeline, for_execution=False)

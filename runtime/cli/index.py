@@ -150,7 +150,8 @@ def search(
     as_json: bool,
 ) -> None:
     """Search the node store."""
-    from runtime.retrieval.nodestore import Scope, open_store
+    from runtime.retrieval.node import Scope
+    from runtime.retrieval.nodestore import open_store
 
     store = open_store(index_path)
     scope = Scope(repository, snapshot, tuple(labels) if labels else None)

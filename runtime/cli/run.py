@@ -90,8 +90,8 @@ def _run(engine_call: Any, as_json: bool) -> None:
 
 
 def _load_or_exit(path: str) -> Any:
-    from runtime.format.diagnostics import render_text
     from runtime.errors import PipelineInvalidError
+    from runtime.format.diagnostics import render_text
     from runtime.format.validation import load_pipeline
 
     try:

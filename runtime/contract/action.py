@@ -31,12 +31,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
-if TYPE_CHECKING:
-    from runtime.engine.inbox import Message
-    from runtime.format.pipeline import Pipeline
-    from runtime.engine.services import Services
+from runtime.contract.message import Message
+
+# Engine-owned: written only by the engine; no YAML rule, action or model output may set them.
+ENGINE_OWNED: frozenset[str] = frozenset(
+    {"inbox", "loop_counters", "counters", "step_trace", "run", "run_id", "last_error"}
+)
 
 Path = tuple[str | int, ...]
 
@@ -90,6 +92,31 @@ class Problem:
     key: bool = False  # point at the key rather than the value
 
 
+class PipelineView(Protocol):
+    """What an action sees of its pipeline (implemented by the format layer's Pipeline)."""
+
+    @property
+    def prompts_dir(self) -> Any:
+        """The folder prompt files are looked up in."""
+
+    def prompt_path(self, key: str) -> Any:
+        """The file of a prompt key under the pipeline's prompts folder."""
+
+
+class ServicesView(Protocol):
+    """What an action may ask of the run's services (implemented by the engine's Services)."""
+
+    def tokens(self, encoding: str | None = None) -> Any:
+        """The token counter for an encoding."""
+
+    def model(self, name: str | None = None) -> Any:
+        """The model provider for a named model."""
+
+    @property
+    def node_store(self) -> Any:
+        """The node store."""
+
+
 class StepContext(Protocol):
     """What an action sees while it runs (implemented by the engine)."""
 
@@ -98,10 +125,16 @@ class StepContext(Protocol):
     step: Mapping[str, Any]
     settings: Mapping[str, Any]
     inputs: Mapping[str, Any]
-    pipeline: Pipeline
     messages: list[Message]
-    services: Services
     attempt: int
+
+    @property
+    def pipeline(self) -> PipelineView:
+        """The pipeline the step belongs to."""
+
+    @property
+    def services(self) -> ServicesView:
+        """The run's services (tokens, models, node store)."""
 
     def get(self, name: str, default: Any = ...) -> Any:
         """Read a state variable; without a default a missing one raises VARIABLE_MISSING."""

@@ -17,9 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.format.access import mapping
 from runtime.contract.action import Action, Outcome
+from runtime.contract.registry import Registry, default_registry
+from runtime.engine.inbox import Inbox
+from runtime.engine.services import Services
+from runtime.engine.state import RunState, apply_inputs
 from runtime.engine.step_context import Context
+from runtime.engine.trace import Tracer, summarize
 from runtime.errors import (
     MaxStepsExceededError,
     ModelError,
@@ -27,12 +31,8 @@ from runtime.errors import (
     RunError,
     StepRuntimeError,
 )
-from runtime.engine.inbox import Inbox
+from runtime.format.access import mapping
 from runtime.format.pipeline import Pipeline, Step
-from runtime.contract.registry import Registry, default_registry
-from runtime.engine.services import Services
-from runtime.engine.state import RunState, apply_inputs
-from runtime.engine.trace import Tracer, summarize
 
 _MODEL_CODES = frozenset(
     {"MODEL_RATE_LIMITED", "MODEL_TIMEOUT", "MODEL_PROVIDER_ERROR", "INVALID_STRUCTURED_OUTPUT"}

@@ -7,13 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.contract.action import ENGINE_OWNED
 from runtime.errors import InputError, StateError
 from runtime.format.pipeline import Pipeline
-
-# Engine-owned: written only by the engine; no YAML rule, action or model output may set them.
-ENGINE_OWNED: frozenset[str] = frozenset(
-    {"inbox", "loop_counters", "counters", "step_trace", "run", "run_id", "last_error"}
-)
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),

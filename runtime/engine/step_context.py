@@ -10,14 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from runtime.contract.action import ENGINE_OWNED
+from runtime.contract.message import Message
+from runtime.engine.inbox import Inbox
+from runtime.engine.state import RunState, check_json
 from runtime.errors import StateError
-from runtime.engine.inbox import Inbox, Message
-from runtime.engine.state import ENGINE_OWNED, RunState, check_json
 
 if TYPE_CHECKING:
-    from runtime.format.pipeline import Pipeline, Step
     from runtime.engine.services import Services
     from runtime.engine.trace import Tracer
+    from runtime.format.pipeline import Pipeline, Step
 
 _MISSING: Any = ...
 _DELETED = object()

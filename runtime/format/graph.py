@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from runtime.contract.registry import Registry
 from runtime.format.checks import Graph
 from runtime.format.pipeline import Pipeline
-from runtime.contract.registry import Registry
 
 
 def _edges(pipeline: Pipeline, registry: Registry) -> list[tuple[str, str, str]]:

@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 from runtime.contract.action import STEP_ID_PATTERN, VARIABLE_PATTERN, Action
-from runtime.format.pipeline import INPUT_TYPES
 from runtime.contract.registry import Registry
+from runtime.format.pipeline import INPUT_TYPES
 
 SCHEMA_ID = "https://step-runtime.dev/schemas/pipeline.schema.json"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"

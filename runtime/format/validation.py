@@ -13,16 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.format import checks
-
 from runtime import codes
+from runtime.contract.registry import Registry, default_registry
+from runtime.errors import PipelineInvalidError, UsageError
+from runtime.format import checks
 from runtime.format.access import items, mapping
 from runtime.format.diagnostics import Diagnostic, sort_diagnostics
-from runtime.errors import PipelineInvalidError, UsageError
 from runtime.format.extends import FileCache, resolve
 from runtime.format.loader import BOOL_WORDS, BoolKey, PipelineDoc
 from runtime.format.pipeline import Pipeline
-from runtime.contract.registry import Registry, default_registry
 from runtime.format.source import LMap, Location, PathT, SourceMap, json_path
 
 _RANGE = {
@@ -349,7 +348,7 @@ def check_pipeline(
                 key=True,
             )
         )
-    from runtime.engine.state import ENGINE_OWNED
+    from runtime.contract.action import ENGINE_OWNED
 
     for f in checks.check_inputs(data.get("inputs"), ENGINE_OWNED):
         out.append(pos.diag(f.code, f.message, f.path, hint=f.hint, key=f.key))

@@ -34,7 +34,7 @@ from typing import Any
 
 from runtime.models.base import ChunkCallback, ModelConfig, ModelRequest, ModelResponse
 from runtime.models.evidence import Block, question_of, split_prompt
-from runtime.retrieval.nodestore import STOPWORDS, split_identifier
+from runtime.retrieval.words import STOPWORDS, split_identifier
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NOTICE = (

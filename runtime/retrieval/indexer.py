@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.retrieval.nodestore import Node, NodeRow, SqliteNodeStore, node_id
+from runtime.retrieval.node import Node, node_id
+from runtime.retrieval.nodestore import NodeRow, SqliteNodeStore
 
 CODE_SUFFIXES = {".cs", ".sql"}
 DOC_SUFFIXES = {".md", ".markdown", ".txt", ".rst"}

@@ -9,9 +9,9 @@ import pytest
 from actions.call_model import CallModel
 from runtime.context.blocks import format_block
 from runtime.engine import Engine
-from runtime.models.evidence import split_prompt
-from runtime.format.pipeline import Pipeline
 from runtime.engine.services import Services
+from runtime.format.pipeline import Pipeline
+from runtime.models.evidence import split_prompt
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ import pytest
 
 from actions import _jsonish
 from actions.set_variables import apply_transform
+from runtime.contract.registry import default_registry
 from runtime.engine import Engine
 from runtime.errors import RunError
 from runtime.format.pipeline import Pipeline
-from runtime.contract.registry import default_registry
 from runtime.format.source import SourceMap
 from runtime.format.validation import check_pipeline
 

@@ -9,12 +9,13 @@ import pytest
 
 from actions.fetch_node_texts import FetchNodeTexts
 from runtime.context.blocks import block_id, format_block
-from runtime.engine import Engine
-from runtime.format.pipeline import Pipeline
 from runtime.contract.registry import default_registry
+from runtime.engine import Engine
 from runtime.engine.services import Services
+from runtime.format.pipeline import Pipeline
 from runtime.format.source import SourceMap
 from runtime.format.validation import check_pipeline
+from runtime.retrieval.node import Scope
 
 END = {"id": "end", "action": "finalize", "source": "retrieval_query"}
 SCOPE = {"repository": "eshop", "snapshot": "main"}
@@ -72,7 +73,7 @@ def test_model_filters_narrow_but_never_widen_security(sample_index):
     ids = r.state["retrieval_seed_nodes"]
     assert "eshop::main::procedure::dbo.usp_CapturePayment" not in ids  # the label stays hidden
     assert ids and all(i.startswith("eshop::main::") for i in ids)  # the repository stays eshop
-    nodes = sample_index.get_nodes(ids, scope=__import__("runtime.retrieval.nodestore").nodestore.Scope())
+    nodes = sample_index.get_nodes(ids, scope=Scope())
     assert {n.language for n in nodes.values()} == {"sql"}  # the language filter narrowed
     [ev] = [e for e in r.events if e["type"] == "SEARCH"]
     assert sorted(ev["ignored_model_filters"]) == ["allowed_labels", "repository"]

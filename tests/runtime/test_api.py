@@ -7,8 +7,8 @@ import threading
 
 import runtime
 from runtime.contract.action import Action, Outcome
-from runtime.format.pipeline import Pipeline
 from runtime.contract.registry import Registry
+from runtime.format.pipeline import Pipeline
 
 
 def test_exported_members_match_all():

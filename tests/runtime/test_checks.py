@@ -6,9 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.format import checks
-
 from runtime import codes
+from runtime.format import checks
 
 
 def _codes(steps, settings_, registry):

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime.retrieval.embeddings import MiniLMEmbedder, make_embedder
 from runtime.errors import StoreError
+from runtime.retrieval.embeddings import MiniLMEmbedder, make_embedder
 from runtime.retrieval.indexer import index_paths
-from runtime.retrieval.nodestore import Scope, open_store
+from runtime.retrieval.node import Scope
+from runtime.retrieval.nodestore import open_store
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SAMPLE_ROOT = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
@@ -98,8 +99,8 @@ def test_a_pipeline_searches_semantically_with_the_real_model(
 ):
     """search_nodes with search_type semantic, through the engine, the model from settings' env."""
     from runtime.engine import Engine
-    from runtime.format.pipeline import Pipeline
     from runtime.engine.services import Services
+    from runtime.format.pipeline import Pipeline
 
     monkeypatch.setenv("RUNTIME_MINILM_DIR", str(minilm_dir))
     settings = {"entry_step_id": "s"}

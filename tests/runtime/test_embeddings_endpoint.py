@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime.retrieval.embeddings import make_embedder
 from runtime.errors import StoreError
+from runtime.retrieval.embeddings import make_embedder
 from runtime.retrieval.indexer import index_paths
-from runtime.retrieval.nodestore import Scope, open_store
+from runtime.retrieval.node import Scope
+from runtime.retrieval.nodestore import open_store
 
 SAMPLE_ROOT = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
 

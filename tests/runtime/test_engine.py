@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from runtime.contract.action import Action, Outcome
+from runtime.contract.registry import Registry
 from runtime.engine import Engine
 from runtime.errors import ModelTimeoutError, RunError
 from runtime.format.pipeline import Pipeline
-from runtime.contract.registry import Registry
 
 
 class Put(Action):

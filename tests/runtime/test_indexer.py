@@ -6,7 +6,8 @@ import shutil
 from pathlib import Path
 
 from runtime.retrieval.indexer import doc_chunks, index_paths, labels_for
-from runtime.retrieval.nodestore import Scope, open_store
+from runtime.retrieval.node import Scope
+from runtime.retrieval.nodestore import open_store
 
 SAMPLE_ROOT = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
 

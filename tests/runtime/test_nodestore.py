@@ -8,7 +8,10 @@ import pytest
 
 from runtime.errors import StoreError
 from runtime.retrieval.indexer import index_paths
-from runtime.retrieval.nodestore import Scope, fts_query, open_store, split_identifier
+from runtime.retrieval.node import Scope
+from runtime.retrieval.nodestore import open_store
+from runtime.retrieval.query import fts_query
+from runtime.retrieval.words import split_identifier
 
 SAMPLE_ROOT = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
 
@@ -95,7 +98,7 @@ def test_missing_index_is_coded(tmp_path):
 
 
 def _node(repo: str, name: str, labels: list[str]):
-    from runtime.retrieval.nodestore import Node, node_id
+    from runtime.retrieval.node import Node, node_id
 
     return Node(
         node_id(repo, "main", "class", name),
@@ -137,7 +140,7 @@ def test_cached_statistics_follow_writes_from_another_connection(tmp_path):
 
 def test_any_word_pass_keeps_the_rarest_words(tmp_path, monkeypatch):
     """Common words drop out of the any-word pass once over the budget; the rarest stays."""
-    import runtime.retrieval.nodestore as ns
+    import runtime.retrieval.search as ns
 
     monkeypatch.setattr(ns, "ANY_PASS_POSTINGS", 4)
     store = open_store(str(tmp_path / "c.db"), create=True)
@@ -154,7 +157,7 @@ def test_any_word_pass_keeps_the_rarest_words(tmp_path, monkeypatch):
 
 
 def test_words_written_as_names():
-    from runtime.retrieval.nodestore import named_words, without_kind_words
+    from runtime.retrieval.query import named_words, without_kind_words
 
     assert named_words("What columns does the Orders table have?") == ["Orders"]
     assert named_words("Who calls usp_PlaceOrder from BasketService") == [

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from runtime.engine import Engine
-from runtime.errors import RunError
 from runtime.engine.store import SqliteRunStore
+from runtime.errors import RunError
 
 # A pipeline and its actions, in a module both this test and a killed child process import.
 MODULE = textwrap.dedent("""

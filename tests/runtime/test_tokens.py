@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import TokenizerError
 from runtime.context.tokens import SHA256, get_counter
+from runtime.errors import TokenizerError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SAMPLES = [p.read_text() for p in sorted((ROOT / "runtime").glob("*.py"))[:8]] + [

@@ -22,9 +22,9 @@ import pytest
 from click.testing import CliRunner
 
 import runtime
-from runtime.format import diagnostics as render
-from runtime.contract.action import Action
 from runtime.cli import cli, main
+from runtime.contract.action import Action
+from runtime.format import diagnostics as render
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 INVALID = DATA / "invalid"

@@ -1,0 +1,130 @@
+"""Reading a question: kind words, names, informative terms, and the FTS5 query built from them."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from runtime.retrieval.words import STOPWORDS, WORD, split_identifier
+
+# Words in a question that name a kind of node ("which stored procedure ...").
+KIND_WORDS = {
+    "procedure": "procedure",
+    "procedures": "procedure",
+    "proc": "procedure",
+    "sproc": "procedure",
+    "table": "table",
+    "tables": "table",
+    "view": "view",
+    "views": "view",
+    "trigger": "trigger",
+    "triggers": "trigger",
+    "function": "function",
+    "class": "class",
+    "classes": "class",
+    "interface": "interface",
+    "method": "method",
+    "methods": "method",
+    "controller": "class",
+    "endpoint": "method",
+    "migration": "class",
+    "functions": "function",
+    "interfaces": "interface",
+    "index": "index",
+    "indexes": "index",
+    "indices": "index",
+    "sequence": "sequence",
+    "sequences": "sequence",
+    "enum": "enum",
+    "enums": "enum",
+    "enumeration": "enum",
+    "property": "property",
+    "properties": "property",
+    "constructor": "constructor",
+    "constructors": "constructor",
+}
+
+
+_SQL_KIND_WORDS = frozenset(
+    w
+    for w, kind in KIND_WORDS.items()
+    if kind in ("procedure", "table", "view", "trigger", "function", "index", "sequence")
+)
+
+
+def kinds_in(query: str) -> list[str]:
+    """Node kinds a question names, in order."""
+    return list(
+        dict.fromkeys(
+            KIND_WORDS[w] for w in re.findall(r"[a-z]+", query.lower()) if w in KIND_WORDS
+        )
+    )
+
+
+def named_words(query: str) -> list[str]:
+    """Words a question writes as names: `Orders` mid-sentence, `BasketService`, `usp_X`.
+
+    A capital at the start of the question is grammar, not a name.
+    """
+    out: list[str] = []
+    for i, m in enumerate(WORD.finditer(query)):
+        word = m.group(0)
+        if (
+            "_" in word.strip("_")
+            or any(c.isupper() for c in word[1:])
+            or (word[0].isupper() and i > 0 and word.lower() not in STOPWORDS)
+        ):
+            out.append(word)
+    return list(dict.fromkeys(out))
+
+
+_KIND_WORD = re.compile(r"\b(?:" + "|".join(KIND_WORDS) + r")\b", re.I)
+
+
+def without_kind_words(query: str) -> str:
+    """The query without the words naming a node kind ("which stored procedure" -> "which stored")."""
+    return _KIND_WORD.sub(" ", query)
+
+
+def query_terms(query: str) -> tuple[list[str], list[str]]:
+    """(word terms, joined-adjacent-word terms) as FTS5 expressions; stop words dropped."""
+    terms: list[str] = []
+    words: list[str] = []
+    for word in WORD.findall(query):
+        parts = split_identifier(word)
+        # One letter alone is a fragment ("customer's" -> "s"), not a word to search for.
+        if not parts or (len(parts) == 1 and (parts[0] in STOPWORDS or len(parts[0]) == 1)):
+            words.append("")
+            continue
+        if len(parts) == 1:
+            terms.append(f'"{parts[0]}"')
+            words.append(parts[0])
+        else:
+            joined = "".join(parts)
+            terms.append(
+                f'("{joined}" OR ({" AND ".join(f"{chr(34)}{p}{chr(34)}" for p in parts)}))'
+            )
+            words.append("")
+    # "stored procedure" names a kind of SQL object, not the CommandType.StoredProcedure
+    # that every data-access call mentions: words naming SQL kinds are not joined.
+    pairs = [
+        f'"{a}{b}"'
+        for a, b in itertools.pairwise(words)
+        if a and b and not {a, b} & _SQL_KIND_WORDS
+    ]
+    return list(dict.fromkeys(terms)), list(dict.fromkeys(pairs))
+
+
+def fts_query(query: str, mode: str = "any") -> str:
+    """An FTS5 MATCH expression: `any` word (or joined pair), `all` words, or `joined` pairs only.
+
+    Each word matches in every identifier spelling; adjacent plain words are also tried
+    joined (`basket service` -> `basketservice`), so a query typed as words finds the
+    identifier it names.
+    """
+    terms, pairs = query_terms(query)
+    if mode == "joined":
+        return " OR ".join(pairs)
+    if mode == "all":
+        return " AND ".join(terms)
+    return " OR ".join(terms + pairs)
