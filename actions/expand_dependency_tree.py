@@ -27,9 +27,10 @@ class ExpandDependencyTree(Action):
         },
         "max_nodes_from_settings": setting_ref({"type": "integer"}),
         "edge_allowlist": {
-            "type": "array",
+            "type": ["array", "null"],
             "items": {"type": "string"},
-            "description": "Edge types to follow (default all).",
+            "description": "Edge types to follow (default all; null, as the older engine "
+            "wrote it, also means all).",
         },
         "edge_allowlist_from_settings": setting_ref({"type": "array"}),
         "direction": {
@@ -38,6 +39,7 @@ class ExpandDependencyTree(Action):
         },
     }
     reads = ("retrieval_seed_nodes",)
+    defaults = {"retrieval_seed_nodes": []}
     runnable = True
     writes = ("graph_seed_nodes", "graph_expanded_nodes", "graph_edges", "graph_debug")
 

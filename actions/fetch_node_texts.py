@@ -39,14 +39,38 @@ class FetchNodeTexts(Action):
             "items": {"type": "string"},
             "description": "Metadata keys to include (default all).",
         },
+        # Written in the older engine's pipelines, read by neither engine: a warning says so.
+        "max_context_tokens": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Older engine field, ignored as it was there (the global budget is "
+            "settings.max_context_tokens).",
+        },
+        "top_n_from_settings": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Older engine field, ignored as it was there.",
+        },
     }
     reads = ("retrieval_seed_nodes", "graph_expanded_nodes", "graph_edges")
+    defaults = {"retrieval_seed_nodes": [], "graph_expanded_nodes": [], "graph_edges": []}
     runnable = True
     writes = ("node_texts", "fetch_debug", "security_labels", "security_classification")
 
     @classmethod
     def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:
         """Exactly one budget; the fallback setting must exist; it must fit the global budget."""
+        for ignored in ("max_context_tokens", "top_n_from_settings"):
+            if ignored in step:
+                yield Problem(
+                    "FIELD_IGNORED",
+                    f"{ignored} on a fetch_node_texts step is ignored, as the older engine "
+                    "ignored it: the budget is budget_tokens, budget_tokens_from_settings, "
+                    "max_chars, else 70% of settings.max_context_tokens",
+                    (ignored,),
+                    severity="warning",
+                    key=True,
+                )
         given = [
             k for k in ("max_chars", "budget_tokens", "budget_tokens_from_settings") if k in step
         ]

@@ -52,6 +52,8 @@ class ManageContextBudget(Action):
     outcomes = ("ok", "over")
     reads = ("context_blocks", "node_texts")
     writes = ("context_blocks", "node_texts")
+    # ok with nothing new appended leaves context_blocks as it was: it must exist from the start.
+    defaults = {"context_blocks": [], "node_texts": []}
     runnable = True
 
     @classmethod

@@ -3,12 +3,36 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actions import _jsonish
-from runtime.contract.action import Action, Outcome, StepContext
+from runtime.contract.action import Action, Outcome, Problem, StepContext
 
 _NON_WORD = re.compile(r"[^\w]+")
+
+# The older engine named the parser of a model's query payload; its JsonishQueryParser is what
+# read_query and search_nodes do here (JSON-ish object with `query`, else the raw text).
+HONOURED_PARSERS = ("JsonishQueryParser",)
+QUERY_PARSER_FIELD: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "description": "Older engine query parser: JsonishQueryParser is honoured (it is how the "
+    "query is read anyway); any other name is ignored with a warning.",
+}
+
+
+def check_query_parser(step: Mapping[str, Any]) -> Iterator[Problem]:
+    """A FIELD_IGNORED warning for a query_parser this runtime does not have."""
+    name = step.get("query_parser")
+    if isinstance(name, str) and name not in HONOURED_PARSERS:
+        yield Problem(
+            "FIELD_IGNORED",
+            f"query_parser {name!r} is not available here and is ignored: the query is read "
+            "as JsonishQueryParser reads it (a JSON-ish object with `query`, else the text)",
+            ("query_parser",),
+            severity="warning",
+        )
 
 
 def normalize_query(text: str) -> str:
@@ -36,11 +60,18 @@ class RepeatQueryGuard(Action):
             "type": "string",
             "description": "Variable with the query (default last_model_response).",
         },
+        "query_parser": QUERY_PARSER_FIELD,
     }
     required = ("on_ok", "on_repeat")
     outcomes = ("ok", "repeat")
     reads = ("last_model_response", "retrieval_queries_asked")
+    defaults = {"retrieval_queries_asked": []}
     runnable = True
+
+    @classmethod
+    def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:
+        """An older engine query_parser this action cannot honour."""
+        return check_query_parser(step)
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Compare the normalized query with those asked so far."""

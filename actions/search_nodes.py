@@ -7,7 +7,7 @@ from typing import Any
 
 from actions import _jsonish
 from actions._scope import run_scope
-from actions.repeat_query_guard import normalize_query
+from actions.repeat_query_guard import QUERY_PARSER_FIELD, check_query_parser, normalize_query
 from runtime.contract.action import Action, Outcome, Problem, StepContext
 from runtime.errors import RunError
 
@@ -64,8 +64,10 @@ class SearchNodes(Action):
             "minimum": 1,
             "description": "Reciprocal rank fusion constant (hybrid).",
         },
+        "query_parser": QUERY_PARSER_FIELD,
     }
     reads = ("last_model_response", "retrieval_queries_asked")
+    defaults = {"retrieval_queries_asked": []}
     runnable = True
     writes = (
         "retrieval_seed_nodes",
@@ -77,7 +79,7 @@ class SearchNodes(Action):
 
     @classmethod
     def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:
-        """top_k given once."""
+        """top_k given once; an older engine query_parser this action cannot honour."""
         if "top_k" in step and "top_k_from_settings" in step:
             yield Problem(
                 "BUDGET_OPTIONS_EXCLUSIVE",
@@ -85,6 +87,7 @@ class SearchNodes(Action):
                 ("top_k_from_settings",),
                 key=True,
             )
+        yield from check_query_parser(step)
 
     @staticmethod
     def _narrow(static: dict[str, Any], model: Any) -> tuple[dict[str, Any], list[str]]:
@@ -140,7 +143,8 @@ class SearchNodes(Action):
                 if payload.get("search_type") in ("bm25", "semantic", "hybrid")
                 else None
             )
-            mode = mode or settings.get("search_type")
+            # default_search_method: the older engine's name for the same fallback.
+            mode = mode or settings.get("search_type") or settings.get("default_search_method")
             if mode not in ("bm25", "semantic", "hybrid"):
                 raise RunError(
                     "search_type auto: neither the payload nor settings name a search type",

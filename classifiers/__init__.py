@@ -48,5 +48,5 @@ def extract(text: str, path: str | None = None, *, detail: bool = True) -> Extra
         if not detail and any(d.edge_type == "UsesSql" for d in ex.dependencies):
             ex.kind = "DOTNET_WITH_SQL"
     elif language == "sql":
-        ex.symbols, ex.dependencies = tsql.extract(text)
+        ex.symbols, ex.dependencies = tsql.extract(text, path)
     return ex

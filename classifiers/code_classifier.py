@@ -15,7 +15,13 @@ from classifiers.model import LANGUAGE_OF_KIND, Classification
 
 _CS_SIGNALS = [
     ("namespace", re.compile(r"^\s*namespace\s+[\w.]+\s*[;{]?", re.M)),
-    ("using directive", re.compile(r"^\s*using\s+(static\s+)?[\w.]+\s*;", re.M)),
+    (
+        "using directive",
+        re.compile(
+            r"^[ \t]*(global\s+)?using\s+(static\s+)?(\w+\s*=\s*)?(global::)?[\w.]+(<[\w<>, .]*>)?\s*;",
+            re.M,
+        ),
+    ),
     (
         "type declaration",
         re.compile(
@@ -40,12 +46,28 @@ _CS_SIGNALS = [
     ),
     ("async/await", re.compile(r"\bawait\s+\w|\bTask<")),
 ]
+# Asked only when no signal above is found: files with nothing but these (AssemblyInfo.cs,
+# GlobalSuppressions.cs, Program.cs) are few, and most texts need not be scanned for them.
+_CS_FILE_SIGNALS = [
+    ("assembly attribute", re.compile(r"^[ \t]*\[assembly:\s*[\w.]+", re.M)),
+    (
+        # Top-level statements (Program.cs): `var builder = WebApplication.CreateBuilder(args);`,
+        # `builder.Services.AddGrpc();`: a PascalCase member chain ending in `);` (Java and
+        # JavaScript members are camelCase).
+        "top-level statements",
+        re.compile(
+            r"^[ \t]*(var\s+\w+\s*=\s*[A-Z]\w*|(await\s+)?[a-z_]\w*)(\.[A-Z]\w*)+(<[^>\n]*>)?"
+            r"\([^\n]*\)\s*;[ \t]*$",
+            re.M,
+        ),
+    ),
+]
 _NOT_CS = [
     ("java package", re.compile(r"^\s*package\s+[\w.]+\s*;", re.M)),
     ("java import", re.compile(r"^\s*import\s+(java|javax|org|com)\.", re.M)),
     (
         "java keywords",
-        re.compile(r"\bclass\s+\w+(<[^>]*>)?\s+(extends|implements)\b|\bthrows\s+\w+|@Override"),
+        re.compile(r"\bclass\s+\w+(<[^>]*>)?\s+(extends|implements)\b|\)\s*throws\s+\w+|@Override"),
     ),
     (
         "typescript/javascript",
@@ -68,6 +90,10 @@ _NOT_CS = [
 _GATES = {
     "namespace": ("namespace",),
     "using directive": ("using",),
+    "assembly attribute": ("[assembly:",),
+    # Program.cs starts with `var builder = ...` or `await ...`: SQL and prose seldom hold
+    # either, and the line-anchored scan is then skipped.
+    "top-level statements": ("var ", "await "),
     "type declaration": ("class", "record", "struct", "interface", "enum"),
     "typed member": ("public", "private", "protected", "internal"),
     "attribute": ("[",),
@@ -111,6 +137,11 @@ _DECLS = {
     "property_declaration",
     "namespace_declaration",
     "file_scoped_namespace_declaration",
+    # A file of `global using` lines, `[assembly: ...]` attributes or top-level statements
+    # (Program.cs) declares nothing else.
+    "using_directive",
+    "global_attribute",
+    "global_statement",
 }
 # Where declarations can sit; bodies (blocks, expressions) are not walked.
 _CONTAINERS = {
@@ -187,9 +218,12 @@ def _parses_as_csharp(text: str) -> tuple[int, float] | None:
     return (decls, err) if decls and err < 0.15 else None
 
 
-def _reads_as_sql(hits: int, go_lines: int, ext: str) -> bool:
-    """Two T-SQL constructs, or one in a .sql file or with GO batch lines."""
-    return hits >= 2 or (hits >= 1 and (go_lines > 0 or ext == ".sql"))
+def _reads_as_sql(hits: int, go_lines: int, ext: str, text: str) -> bool:
+    """Two T-SQL constructs, or one in a .sql file or with GO batch lines, or nothing but
+    GO lines and `--` comments (a script template)."""
+    if hits == 0:
+        return tsql.batch_skeleton(text)
+    return hits >= 2 or go_lines > 0 or ext == ".sql"
 
 
 def language_only(text: str, path: str | None = None) -> str:
@@ -202,14 +236,17 @@ def language_only(text: str, path: str | None = None) -> str:
         return "unknown"
     ext = PurePath(path).suffix.lower() if path else ""
     if (
-        _found(_CS_SIGNALS, text, first=True)
+        (_found(_CS_SIGNALS, text, first=True) or _found(_CS_FILE_SIGNALS, text, first=True))
         and not _found(_NOT_CS, text, first=True)
         and _parses_as_csharp(text)
     ):
         return "dotnet"
     hits = tsql.sql_evidence(text, stop_at=2)
     go_lines = 1 if hits == 1 and _GO_LINE.search(text) else 0  # only asked when it decides
-    return "sql" if _reads_as_sql(hits, go_lines, ext) else "unknown"
+    return "sql" if _reads_as_sql(hits, go_lines, ext, text) else "unknown"
+
+
+_ENOUGH_SQL = 5  # constructs that, alone, make confidence 1.0
 
 
 def classify(text: str, path: str | None = None) -> Classification:
@@ -219,7 +256,7 @@ def classify(text: str, path: str | None = None) -> Classification:
     if not text.strip():
         return Classification("UNKNOWN", "unknown", 1.0, ("empty text",))
     not_cs = _found(_NOT_CS, text)
-    cs_hits = _found(_CS_SIGNALS, text)
+    cs_hits = _found(_CS_SIGNALS, text) or _found(_CS_FILE_SIGNALS, text)
     if cs_hits and not not_cs:
         parsed = _parses_as_csharp(text)
         if parsed:
@@ -238,11 +275,18 @@ def classify(text: str, path: str | None = None) -> Classification:
                     "DOTNET_WITH_SQL", "dotnet", round(confidence, 2), tuple(reasons)
                 )
             return Classification("DOTNET", "dotnet", round(confidence, 2), tuple(reasons))
-    sql_hits = tsql.sql_evidence(text)  # only now: C# text needs no T-SQL scan
+    # Only now: C# text needs no T-SQL scan. Five constructs give full confidence, so the
+    # count stops there.
+    sql_hits = tsql.sql_evidence(text, stop_at=_ENOUGH_SQL)
     go_lines = len(_GO_LINE.findall(text))
-    if _reads_as_sql(sql_hits, go_lines, ext):
+    if _reads_as_sql(sql_hits, go_lines, ext, text):
+        more = "+" if sql_hits == _ENOUGH_SQL else ""
         reasons.append(
-            f"T-SQL: {sql_hits} construct(s)"
+            (
+                f"T-SQL: {sql_hits}{more} construct(s)"
+                if sql_hits
+                else "T-SQL: GO batches and comments"
+            )
             + (f", {go_lines} GO batch line(s)" if go_lines else "")
         )
         confidence = min(

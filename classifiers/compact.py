@@ -27,24 +27,101 @@ def _counter(counter: Any) -> Any:
 # --- SQL ----------------------------------------------------------------------
 
 
+def _columns(sym: Symbol) -> list[str]:
+    """Every column of a table or table type, one a line: name, type (or computed
+    expression), period marker, nullability, key and reference."""
+    m = sym.metadata
+    pk = set(m.get("primary_key", []))
+    fks = {c: fk["references"] for fk in m.get("foreign_keys", []) for c in fk["columns"]}
+    lines = []
+    for col in m.get("columns", []):
+        name = col["name"] if tsql.is_plain_name(col["name"]) else f"[{col['name']}]"
+        parts = [name]
+        if "computed" in col:
+            parts.append(f"AS {col['computed']}")
+        else:
+            parts.append(col["type"])
+            if col.get("generated"):
+                parts.append(f"GENERATED ALWAYS AS {col['generated']}")
+            if not col.get("nullable"):
+                parts.append("NOT NULL")
+        if col["name"] in pk:
+            parts.append("PRIMARY KEY")
+        if col["name"] in fks:
+            parts.append(f"REFERENCES {fks[col['name']]}")
+        lines.append("    " + " ".join(p for p in parts if p) + ",")
+    return lines
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    """A statement on one line, comments dropped (a `--` comment would swallow the rest)."""
+    flat = " ".join(tsql.blank_comments(text).split())
+    return flat if len(flat) <= limit else flat[:limit] + " …"
+
+
+def _header(sym: Symbol) -> list[str]:
+    """A routine's header as written up to its AS: every parameter with its type, default,
+    OUTPUT and READONLY (comments dropped, one parameter a line as the source has them)."""
+    head = tsql.blank_comments(sym.text[: tsql.header_end(sym.text)])
+    lines = [" ".join(line.split()) for line in head.split("\n")]
+    return [("    " + line if i else line) for i, line in enumerate(lines) if line] or [
+        sym.signature
+    ]
+
+
+_STATEMENT_KINDS = (
+    "index",
+    "sequence",
+    "schema",
+    "role",
+    "user",
+    "login",
+    "membership",
+    "permission",
+    "synonym",
+    "partition_function",
+    "partition_scheme",
+    "filegroup",
+    "sqlcmd_variable",
+    "assembly",
+)
+
+
 def _sql_object(sym: Symbol) -> list[str]:
     m = sym.metadata
-    lines = [sym.signature if sym.kind != "table" else f"CREATE TABLE {sym.qualified_name} ("]
+    span = sym.end_line - sym.start_line + 1
     if sym.kind == "table":
-        pk = set(m.get("primary_key", []))
-        fks = {c: fk["references"] for fk in m.get("foreign_keys", []) for c in fk["columns"]}
-        for col in m.get("columns", []):
-            extra = " PRIMARY KEY" if col["name"] in pk else ""
-            extra += f" REFERENCES {fks[col['name']]}" if col["name"] in fks else ""
-            null = "" if col.get("nullable") else " NOT NULL"
-            lines.append(f"    {col['name']} {col['type']}{null}{extra},")
-        lines.append(
-            f")  -- compacted: constraints and defaults elided ({sym.end_line - sym.start_line + 1} lines)"
-        )
-        return lines
-    if sym.kind in ("index", "sequence", "type"):
-        return [" ".join(sym.text.split())[:400]]
-    for key, label in (("reads", "reads"), ("writes", "writes"), ("executes", "executes")):
+        return [
+            f"CREATE TABLE {sym.qualified_name} (",
+            *_columns(sym),
+            f")  -- compacted: constraints and defaults elided ({span} lines)",
+        ]
+    if sym.kind == "type" and m.get("table_type"):
+        return [
+            f"CREATE TYPE {sym.qualified_name} AS TABLE (",
+            *_columns(sym),
+            f")  -- compacted: keys and options elided ({span} lines)",
+        ]
+    if sym.kind in _STATEMENT_KINDS or sym.kind == "type":
+        return [_one_line(sym.text)]
+    if sym.kind == "xml_schema_collection":
+        return [
+            f"CREATE XML SCHEMA COLLECTION {sym.qualified_name} AS N'…'  -- schema elided ({span} lines)"
+        ]
+    if sym.kind == "security_policy":
+        lines = [sym.signature]
+        lines += [
+            f"    -- predicate {p['function']} ON {p['table']}" for p in m.get("predicates", [])
+        ]
+        return [*lines, f"  -- options elided ({span} lines)"]
+    lines = [f"-- script {sym.name}"] if sym.kind == "script" else _header(sym)
+    for key, label in (
+        ("reads", "reads"),
+        ("writes", "writes"),
+        ("executes", "executes"),
+        ("sequences", "uses sequences"),
+        ("tests", "tests"),
+    ):
         if m.get(key):
             lines.append(f"  -- {label}: {', '.join(m[key])}")
     if m.get("operations"):
@@ -56,7 +133,8 @@ def _sql_object(sym: Symbol) -> list[str]:
     ]
     if shape:
         lines.append(f"  -- shape: {' + '.join(shape)}")
-    lines.append(f"  -- body elided ({sym.end_line - sym.start_line + 1} lines)")
+    what = "statements" if sym.kind == "script" else "body"
+    lines.append(f"  -- {what} elided ({span} lines)")
     return lines
 
 
@@ -114,7 +192,14 @@ def _skeleton_lines(symbols: list[Symbol], keep: set[str], usings: int) -> list[
         if sym.doc:
             lines.append(f"{indent}/// {sym.doc}")
         sig = sym.signature
-        if sym.kind in ("class", "record", "struct", "interface", "enum"):
+        if sym.kind == "program":
+            span = sym.end_line - sym.start_line + 1
+            lines.append(f"{indent}// Program.Main: top-level statements, {span} line(s) elided")
+        elif sym.kind == "endpoint":
+            lines.append(f"{indent}// endpoint {sig}")
+        elif sym.kind in ("field", "event"):
+            lines.append(indent + sig)
+        elif sym.kind in ("class", "record", "struct", "interface", "enum"):
             if sig.endswith(";"):
                 lines.append(indent + sig)
             elif sym.kind == "enum":

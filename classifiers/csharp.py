@@ -27,7 +27,19 @@ _MEMBERS = {
     "constructor_declaration": "constructor",
     "property_declaration": "property",
 }
+# Members with no `name` field, or other kinds of public surface.
+_OTHER_MEMBERS = {
+    "event_declaration": "event",
+    "indexer_declaration": "indexer",
+    "operator_declaration": "operator",
+    "conversion_operator_declaration": "operator",
+    "destructor_declaration": "destructor",
+    "delegate_declaration": "delegate",
+}
 _NAMESPACES = ("namespace_declaration", "file_scoped_namespace_declaration")
+# Minimal-API endpoint maps (ASP.NET Core): each call is an endpoint node.
+_MAP_VERBS = {"MapGet", "MapPost", "MapPut", "MapDelete", "MapPatch", "MapMethods"}
+_VISIBLE = {"public", "protected", "internal"}
 # Calls whose string argument is SQL: ADO.NET, Dapper, EF Core, migrations.
 SQL_SINKS = re.compile(
     r"\b(SqlCommand|CommandText|Query(?:Async|First\w*|Single\w*|Multiple\w*)?|"
@@ -116,6 +128,42 @@ def _doc_before(node: Any) -> str:
         if clean:
             return clean
     return ""
+
+
+def _visible(node: Any) -> bool:
+    """Declared public, protected or internal (part of a type's surface)."""
+    return any(m in _VISIBLE for m in _modifiers(node))
+
+
+def _member_name(node: Any) -> str:
+    """The name of a member without a `name` field: `this`, `operator +`, `~T`."""
+    named = node.child_by_field_name("name")
+    if node.type == "indexer_declaration":
+        return "this"
+    if node.type == "operator_declaration":
+        op = node.child_by_field_name("operator")
+        return f"operator {_txt(op)}" if op is not None else "operator"
+    if node.type == "conversion_operator_declaration":
+        kind = next((_txt(c) for c in node.children if _txt(c) in ("implicit", "explicit")), "")
+        target = node.child_by_field_name("type")
+        return f"{kind} operator {_txt(target)}".strip()
+    if node.type == "destructor_declaration":
+        return f"~{_txt(named)}"
+    return _txt(named)
+
+
+def _first_string(call: Any) -> str | None:
+    """The first argument of a call when it is a string literal (a route)."""
+    args = call.child_by_field_name("arguments")
+    first = args.named_children[0] if args is not None and args.named_children else None
+    value = first.named_children[-1] if first is not None and first.named_children else None
+    return _string_value(value) if value is not None and _string_value(value) else None
+
+
+def _join_route(prefix: str, route: str) -> str:
+    """`api/catalog` + `/items/{id}` -> `/api/catalog/items/{id}`."""
+    parts = [p.strip("/") for p in (prefix, route) if p.strip("/")]
+    return "/" + "/".join(parts)
 
 
 def _signature(node: Any) -> str:
@@ -215,12 +263,22 @@ class _Walker:
         self.usings: list[str] = []
         self.sql_fields: dict[str, str] = {}  # field name -> SQL string it is initialised with
         self.declared: dict[str, int] = {}  # member name -> how many were declared so far
+        self.program_seen = False
 
     def walk(self, node: Any, namespace: str, parent: str | None) -> None:
         for child in node.named_children:
             kind = child.type
             if kind == "using_directive":
-                self.usings.append(_txt(child).removeprefix("using").strip(" ;"))
+                # `global using X;` (GlobalUsings.cs) and `using static X;` name X too.
+                words = _txt(child).strip(" ;").split()
+                while words and words[0] in ("global", "using", "static"):
+                    words.pop(0)
+                self.usings.append(" ".join(words).removeprefix("global::"))
+            elif kind == "global_statement":
+                if not self.program_seen:
+                    self.program(node, namespace)
+            elif kind == "delegate_declaration":
+                self.member(child, "delegate", namespace or None)
             elif kind in _NAMESPACES:
                 name = _txt(child.child_by_field_name("name"))
                 qn = f"{namespace}.{name}" if namespace else name
@@ -271,8 +329,15 @@ class _Walker:
                         self.deps.append(
                             Dependency(qn, generic, "References", base.start_point[0] + 1)
                         )
-            elif child.type == "parameter_list" and kind == "record":
-                self.params(child, qn, inject=False)
+            elif child.type == "parameter_list":
+                # A record's positional parameters are its properties; a class's or struct's
+                # primary constructor parameters are injected (C# 12).
+                self.params(child, qn, inject=kind != "record")
+                sym.metadata["primary_constructor"] = [
+                    _txt(p.child_by_field_name("name"))
+                    for p in child.named_children
+                    if p.type == "parameter"
+                ]
         body = node.child_by_field_name("body")
         members = body.named_children if body is not None else []
         for member in members:  # first: fields holding SQL, used by any member
@@ -282,16 +347,22 @@ class _Walker:
                     text = value is not None and (_string_value(value) or _concatenation(value))
                     if text and tsql.sql_evidence(text):
                         self.sql_fields[_txt(decl.child_by_field_name("name"))] = text
+        in_interface = kind == "interface"
         for member in members:
             if member.type in _TYPES:
                 self.type_decl(member, _TYPES[member.type], namespace, qn)
             elif member.type in _MEMBERS:
                 self.member(member, _MEMBERS[member.type], qn)
-            elif member.type == "field_declaration":
-                sym.metadata["fields"] = sym.metadata.get("fields", 0) + 1
+            elif member.type in _OTHER_MEMBERS:
+                self.member(member, _OTHER_MEMBERS[member.type], qn, _member_name(member))
+            elif member.type in ("field_declaration", "event_field_declaration"):
                 for t in _type_names(_field_type(member)) if _field_type(member) else []:
                     if t not in _BUILTIN_TYPES and t != name:
                         self.deps.append(Dependency(qn, t, "References", member.start_point[0] + 1))
+                if _visible(member) or in_interface or member.type == "event_field_declaration":
+                    self.fields(member, qn)  # part of the type's surface: a symbol each
+                else:
+                    sym.metadata["fields"] = sym.metadata.get("fields", 0) + 1
 
     def params(self, plist: Any, qn: str, inject: bool) -> None:
         for p in plist.named_children:
@@ -305,9 +376,49 @@ class _Walker:
                     edge = "Injects" if inject and i == 0 else "References"
                     self.deps.append(Dependency(qn, t, edge, p.start_point[0] + 1))
 
-    def member(self, node: Any, kind: str, owner: str) -> None:
-        name = _txt(node.child_by_field_name("name"))
-        qn = f"{owner}.{name}"
+    def fields(self, node: Any, owner: str) -> None:
+        """A symbol per declared name of a visible field or event field (`public const int
+        A = 1, B = 2;` -> A and B), its signature without the initializer."""
+        type_node = _field_type(node)
+        mods = " ".join(_modifiers(node))
+        head = ("event " if node.type == "event_field_declaration" else "") + _txt(type_node)
+        kind = "event" if node.type == "event_field_declaration" else "field"
+        for decl in _declarators(node):
+            name = _txt(decl.child_by_field_name("name"))
+            value = decl.named_children[-1] if len(decl.named_children) > 1 else None
+            sig = f"{mods} {head} {name}".strip() + (" = …" if value is not None else "") + ";"
+            sym = _symbol(node, kind, name, f"{owner}.{name}", owner)
+            sym.signature = " ".join(sig.split())
+            self.symbols.append(sym)
+
+    def program(self, unit: Any, namespace: str) -> None:
+        """Top-level statements (Program.cs): one `program` node, Program.Main, spanning them."""
+        self.program_seen = True
+        statements = [c for c in unit.named_children if c.type == "global_statement"]
+        first, last = statements[0], statements[-1]
+        text = self.text.encode("utf-8")[first.start_byte : last.end_byte].decode(
+            "utf-8", "replace"
+        )
+        lines = last.end_point[0] - first.start_point[0] + 1
+        sym = Symbol(
+            "program",
+            "Program",
+            "Program.Main",
+            "dotnet",
+            first.start_point[0] + 1,
+            last.end_point[0] + 1,
+            signature=f"top-level statements ({lines} line(s))",
+            doc=_doc_before(first),
+            text=text,
+            metadata={"modifiers": []},
+        )
+        self.symbols.append(sym)
+        for statement in statements:
+            self.body_refs(statement, sym.qualified_name, sym)
+
+    def member(self, node: Any, kind: str, owner: str | None, name: str | None = None) -> None:
+        name = name or _txt(node.child_by_field_name("name"))
+        qn = f"{owner}.{name}" if owner else name
         if kind == "constructor":
             qn = f"{owner}.{name}.ctor"
         # Overloads stay distinct and stable by order: M, M#2, M#3 (a count per name, not a
@@ -318,7 +429,14 @@ class _Walker:
             qn = f"{qn}#{count}"
         sym = _symbol(node, kind, name, qn, owner)
         self.symbols.append(sym)
-        plist = node.child_by_field_name("parameters")
+        plist = node.child_by_field_name("parameters") or next(
+            (
+                c
+                for c in node.named_children
+                if c.type in ("parameter_list", "bracketed_parameter_list")
+            ),
+            None,
+        )
         if plist is not None:
             self.params(plist, qn, inject=kind == "constructor")
         type_node = node.child_by_field_name("type") or node.child_by_field_name("returns")
@@ -328,8 +446,88 @@ class _Walker:
                     self.deps.append(Dependency(qn, t, "References", node.start_point[0] + 1))
         self.body_refs(node, qn, sym)
 
+    def route_group(self, call: Any, groups: dict[str, str]) -> None:
+        """`var api = app.MapGroup("api/catalog")...`: api's routes start with api/catalog."""
+        route = _first_string(call)
+        holder = call.parent
+        while holder is not None and holder.type not in (
+            "variable_declarator",
+            "assignment_expression",
+        ):
+            if holder.type in ("block", "global_statement", "expression_statement"):
+                return
+            holder = holder.parent
+        if holder is None or route is None:
+            return
+        target = holder.child_by_field_name("name") or holder.child_by_field_name("left")
+        receiver = call.child_by_field_name("function")
+        outer = receiver.child_by_field_name("expression") if receiver is not None else None
+        prefix = groups.get(_txt(outer), "") if outer is not None else ""
+        groups[_txt(target)] = _join_route(prefix, route)
+
+    def endpoint(self, call: Any, verb: str, fn: Any, owner: str, groups: dict[str, str]) -> None:
+        """`app.MapGet("/items/{id}", GetItemById)`: an `endpoint` node under the member that
+        maps it, a Calls edge to its handler (a method group, or what a lambda calls)."""
+        if (
+            fn is None
+            or fn.type != "member_access_expression"
+            or owner.split(".")[-1] in _MAP_VERBS
+        ):
+            return  # a Map* wrapper's own body (CleanArchitecture's MapGet(handler, pattern))
+        # The route is the first string argument (`MapGet("/items", H)`, or after the handler
+        # in wrappers such as `MapPut(H, "{id}")`); the handler, the first method group or
+        # lambda.
+        route: str | None = None
+        handler = ""
+        handler_node = None
+        args = call.child_by_field_name("arguments")
+        for arg in args.named_children if args is not None else []:
+            value = arg.named_children[-1] if arg.named_children else None
+            if value is None:
+                continue
+            if route is None and _string_value(value):
+                route = _string_value(value)
+            elif not handler and value.type in (
+                "identifier",
+                "member_access_expression",
+                "generic_name",
+            ):
+                handler = _txt(value).split(".")[-1].split("<", 1)[0]
+            elif not handler and value.type in ("lambda_expression", "anonymous_method_expression"):
+                handler, handler_node = "lambda", value
+        if route is None and not handler:
+            return
+        receiver = fn.child_by_field_name("expression")
+        full = _join_route(groups.get(_txt(receiver), ""), route or "")
+        method = verb.removeprefix("Map").upper() if verb != "MapMethods" else "METHODS"
+        name = f"{method} {full}"
+        qn = f"{owner}.{name}"
+        count = self.declared.get(qn, 0) + 1  # the same route mapped twice (API versions)
+        self.declared[qn] = count
+        if count > 1:
+            qn = f"{qn}#{count}"
+        line = call.start_point[0] + 1
+        sym = Symbol(
+            "endpoint",
+            name,
+            qn,
+            "dotnet",
+            line,
+            call.end_point[0] + 1,
+            signature=f"{name} -> {handler}" if handler else name,
+            text=_txt(call),
+            parent=owner,
+            metadata={"method": method, "route": full, "handler": handler, "modifiers": ["public"]},
+        )
+        self.symbols.append(sym)
+        if handler and handler != "lambda":
+            self.deps.append(Dependency(qn, handler, "Calls", line))
+        elif handler_node is not None:
+            self.body_refs(handler_node, qn, sym)
+
     def body_refs(self, node: Any, qn: str, sym: Symbol) -> None:
         sink_seen = False
+        groups: dict[str, str] = {}  # route group variable -> its route prefix
         found = _query_cursor(_BODY_QUERY).captures(node)
         for n in sorted((n for nodes in found.values() for n in nodes), key=lambda n: n.start_byte):
             line = n.start_point[0] + 1
@@ -343,6 +541,10 @@ class _Walker:
                 callee = callee.split("<", 1)[0]
                 if callee and callee != "nameof":
                     self.deps.append(Dependency(qn, callee, "Calls", line))
+                if callee in _MAP_VERBS:
+                    self.endpoint(n, callee, fn, qn, groups)
+                elif callee == "MapGroup":
+                    self.route_group(n, groups)
                 if SQL_SINKS.search(_txt(fn)):
                     sink_seen = True
             elif n.type == "object_creation_expression":

@@ -25,6 +25,14 @@ EDGE_TYPES = (
     "Executes",
     "FK",
     "On",
+    "Uses",
+    "Tests",
+    "Aliases",
+    "StoredOn",
+    "History",
+    "Principal",
+    "MemberOf",
+    "Login",
 )
 
 

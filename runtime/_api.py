@@ -26,6 +26,18 @@ def validate(*paths: str, registry: Registry | None = None) -> Report:
     return validate_paths(list(paths), registry=registry)
 
 
+class _EitherEvent(threading.Event):
+    """Set when it is set itself or when the caller's cancel event is."""
+
+    def __init__(self, other: threading.Event | None) -> None:
+        super().__init__()
+        self._other = other
+
+    def is_set(self) -> bool:
+        """True once either event is set (the engine asks before every step)."""
+        return super().is_set() or (self._other is not None and self._other.is_set())
+
+
 class RunHandle:
     """A run started on a background thread."""
 
@@ -71,9 +83,13 @@ class Runner:
         store: Any = None,
         services: Services | None = None,
         registry: Registry | None = None,
+        durability: str | None = None,
     ) -> None:
+        """`durability` ("normal" or "full") overrides settings.durability for stored runs."""
         self.pipeline = pipeline
-        self.engine = Engine(pipeline, registry=registry, services=services, store=store)
+        self.engine = Engine(
+            pipeline, registry=registry, services=services, store=store, durability=durability
+        )
 
     def run(
         self,
@@ -104,9 +120,36 @@ class Runner:
             )
         )
 
-    async def arun(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> RunResult:
-        """Run in a worker thread without blocking the event loop."""
-        return await asyncio.to_thread(self.run, inputs, **kwargs)
+    async def arun(
+        self,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        max_steps: int | None = None,
+        on_event: EventCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> RunResult:
+        """Run in a worker thread without blocking the event loop.
+
+        Cancelling the awaiting task cancels the run: it ends RUN_CANCELLED before its
+        next step, and the CancelledError reaches the caller only once the run has ended
+        (so its store holds the final state, and no thread keeps working for nobody).
+        """
+        stop = _EitherEvent(cancel)
+        work = asyncio.ensure_future(
+            asyncio.to_thread(
+                self.run, inputs, run_id=run_id, max_steps=max_steps, on_event=on_event, cancel=stop
+            )
+        )
+        try:
+            # shield: a cancel must reach the run through `stop`, not abandon its thread.
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            stop.set()
+            await asyncio.wait({work})  # the current step finishes, then RUN_CANCELLED
+            if not work.cancelled():
+                work.exception()  # retrieved: an error raised meanwhile is not logged as lost
+            raise
 
     def resume(
         self, run_id: str, *, force: bool = False, on_event: EventCallback | None = None

@@ -69,7 +69,19 @@ _CODES: list[Code] = [
     Code(
         "FILE_NOT_FOUND", "load", "A file named on the command line or by `extends` does not exist."
     ),
-    Code("FILE_UNREADABLE", "load", "A file could not be read or decoded as UTF-8."),
+    Code(
+        "FILE_UNREADABLE",
+        "load",
+        "A file could not be read: not a regular file (a device, FIFO or folder), no "
+        "permission, or not UTF-8.",
+    ),
+    Code(
+        "VALIDATION_CRASHED",
+        "load",
+        "Validating a pipeline raised an unexpected exception (a bug in step-runtime or in a "
+        "plugin action's checks). The other files and pipelines are still reported.",
+        "Report it with the file; the message names the exception and where it was raised.",
+    ),
     Code(
         "EXTENDS_CYCLE",
         "load",
@@ -142,6 +154,13 @@ _CODES: list[Code] = [
     Code("PROMPT_NOT_FOUND", "graph", "A prompt file named by `prompt_key` does not exist."),
     Code("INBOX_TARGET_UNKNOWN", "graph", "An inbox rule targets a step that does not exist."),
     Code(
+        "ERROR_CODE_UNKNOWN",
+        "graph",
+        "A step's `catch` or `retry.on` names an error code that is not in the code table, so "
+        "it would never match.",
+        "Use a code from docs/errors.md (`runtime explain CODE` prints one), or ALL.",
+    ),
+    Code(
         "BUDGET_OPTIONS_EXCLUSIVE", "graph", "Budget options that exclude each other are combined."
     ),
     Code("BUDGET_SETTING_MISSING", "graph", "A budget falls back to a setting that is not set."),
@@ -167,10 +186,52 @@ _CODES: list[Code] = [
         "The diagnostic names the distribution; reinstall or remove it.",
     ),
     Code("INPUT_SPEC_INVALID", "graph", "An `inputs` declaration is malformed."),
+    Code(
+        "ACTION_NOT_YET_SUPPORTED",
+        "graph",
+        "A step names an action of the older engine that step-runtime does not run yet (the "
+        "snapshot trio parallel_roads_action, fork_action, merge_action). A warning when "
+        "validating; a run of the pipeline is refused before its first step.",
+        "Parallel branches are a planned feature; until then compare snapshots with two runs. "
+        "See docs/migrating.md.",
+    ),
+    Code(
+        "SETTING_UNUSED",
+        "graph",
+        "A setting that nothing reads: not a known setting, named by no `*_from_settings` "
+        "field and read by no action of the pipeline (a warning).",
+        "Remove it or fix its spelling; the known settings are listed in docs/format.md.",
+    ),
+    Code(
+        "FIELD_IGNORED",
+        "graph",
+        "A step field accepted for compatibility with the older engine that step-runtime does "
+        "not act on (a warning).",
+        "Remove it; docs/migrating.md lists what each older field means here.",
+    ),
+    Code(
+        "COMMAND_UNSUPPORTED",
+        "graph",
+        "An add_command_action command type that step-runtime cannot build (a warning): the "
+        "step skips it at run time.",
+        "The command types available are listed in docs/actions/add_command_action.md.",
+    ),
     # --- run time ---------------------------------------------------------------
     Code("INPUT_MISSING", "run", "A required pipeline input was not given."),
     Code("INPUT_UNKNOWN", "run", "An input was given that the pipeline does not declare."),
     Code("INPUT_TYPE", "run", "An input has the wrong type."),
+    Code(
+        "INPUT_TOO_LARGE",
+        "run",
+        "An `--inputs` file or `--input` value is larger than the input size limit.",
+        "Pass less data, or raise --max-input-bytes ($RUNTIME_MAX_INPUT_BYTES; default 1 MiB).",
+    ),
+    Code(
+        "INPUT_TOO_DEEP",
+        "run",
+        "An `--inputs` file or `--input` value nests JSON deeper than the depth limit.",
+        "Flatten the value, or raise --max-input-depth ($RUNTIME_MAX_INPUT_DEPTH; default 64).",
+    ),
     Code("VARIABLE_MISSING", "run", "A step reads a state variable that is not set."),
     Code("VARIABLE_TYPE", "run", "A state variable has the wrong type for the step."),
     Code(
@@ -196,9 +257,42 @@ _CODES: list[Code] = [
         "Pass --force to resume against the changed pipeline.",
     ),
     Code("STORE_ERROR", "run", "The run store failed."),
+    Code(
+        "DURABILITY_UNKNOWN",
+        "run",
+        "A run or run store was given a durability other than normal or full.",
+        "normal: WAL without an fsync per checkpoint (the default); full: fsync every checkpoint.",
+    ),
+    Code(
+        "STORE_NOT_FOUND",
+        "run",
+        "The run store named by --store or $RUNTIME_STORE does not exist.",
+        "Check the path; only `runtime exec` creates a run store.",
+    ),
+    Code(
+        "STORE_URL_UNSUPPORTED",
+        "run",
+        "A run store or node index was given as a URL; only local SQLite files are supported "
+        "(Postgres is not supported yet).",
+        "Pass a file path such as .runtime/runs.db or .runtime/index.db.",
+    ),
     Code("ACTION_FAILED", "run", "An action raised an unexpected exception (a bug in the action)."),
     Code("TRANSFORM_FAILED", "run", "A set_variables transform cannot apply to its value."),
     Code("QUERY_EMPTY", "run", "A search has an empty query."),
+    Code(
+        "SCOPE_INVALID",
+        "run",
+        "A scope value (repository, snapshot or an allowed label) is empty, blank, padded with "
+        "whitespace or not a string; an empty value would otherwise mean every repository.",
+        "Pass the exact name, or leave the input out: the scope in settings applies then.",
+    ),
+    Code(
+        "SCOPE_WIDENED",
+        "run",
+        "A run input asks for more than the scope pinned in settings: another repository or "
+        "snapshot, or labels not in settings.allowed_labels. Inputs may only narrow it.",
+        "Leave the input out or repeat the pinned value; to allow more, change the settings.",
+    ),
     Code("SEARCH_TYPE_UNRESOLVED", "run", "search_type auto could not be resolved."),
     Code(
         "PRIORITIZATION_MODE_INVALID",
@@ -224,6 +318,13 @@ _CODES: list[Code] = [
         "Run `runtime index PATH` again: it rebuilds the index in the current format.",
     ),
     Code("INDEX_ERROR", "run", "The node index failed."),
+    Code(
+        "REPOSITORY_REQUIRED",
+        "usage",
+        "`runtime index` cannot choose the repository name: several paths are given, or the "
+        "tree is already indexed under more than one name.",
+        "Pass --repository NAME.",
+    ),
     Code(
         "EMBEDDINGS_UNAVAILABLE",
         "run",

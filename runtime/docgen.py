@@ -2,7 +2,9 @@
 
 `python -m runtime.docgen` rewrites them; tests fail when a checked-in copy is stale.
 Action pages keep hand-written prose, and their field table between
-`<!-- fields:start -->` and `<!-- fields:end -->` is generated from the schema.
+`<!-- fields:start -->` and `<!-- fields:end -->` is generated from the schema;
+the state defaults table of docs/format.md (between `<!-- defaults:start -->` and
+`<!-- defaults:end -->`) from the actions' `defaults`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from runtime.contract.registry import Registry, default_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 _FIELDS = re.compile(r"(<!-- fields:start -->\n).*?(<!-- fields:end -->)", re.S)
+_DEFAULTS = re.compile(r"(<!-- defaults:start -->\n).*?(<!-- defaults:end -->)", re.S)
 
 
 def errors_md() -> str:
@@ -120,6 +123,33 @@ def action_pages(registry: Registry | None = None) -> dict[Path, str]:
     return changed
 
 
+def defaults_table(registry: Registry | None = None) -> str:
+    """A Markdown table of the state defaults the registered actions declare."""
+    import json
+
+    registry = registry or default_registry()
+    found: dict[str, tuple[str, list[str]]] = {}
+    for name in registry.names():
+        action = registry.get(name)
+        for var, value in (action.defaults if action else {}).items():
+            text = json.dumps(value, sort_keys=True)
+            found.setdefault(var, (text, []))[1].append(f"`{name}`")
+    rows = ["| variable | starts as | declared by |", "|---|---|---|"]
+    for var in sorted(found):
+        text, owners = found[var]
+        rows.append(f"| `{var}` | `{text}` | {', '.join(owners)} |")
+    return "\n".join(rows) + "\n"
+
+
+def format_page(registry: Registry | None = None) -> dict[Path, str]:
+    """docs/format.md with its generated defaults table, when that is out of date."""
+    page = ROOT / "docs" / "format.md"
+    text = page.read_text(encoding="utf-8")
+    table = defaults_table(registry)
+    new = _DEFAULTS.sub(lambda m: m.group(1) + table + m.group(2), text)
+    return {page: new} if new != text else {}
+
+
 def outputs() -> dict[Path, str]:
     """Every generated file and its expected content."""
     files = {
@@ -128,6 +158,7 @@ def outputs() -> dict[Path, str]:
         ROOT / "schemas" / "pipeline.schema.json": schema_json(),
     }
     files.update(action_pages())
+    files.update(format_page())
     return files
 
 

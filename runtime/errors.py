@@ -6,7 +6,7 @@
     ├── UsageError                      wrong command line or API use (exit code 2)
     ├── ActionContractError             an action author broke the action contract
     └── RunError                        run-time failure; .step_id, .attempt
-        ├── InputError                  inputs missing, unknown or mistyped
+        ├── InputError                  inputs missing, unknown, mistyped, too large or deep (exit 2)
         ├── StateError                  missing variables, protected fields, non-JSON values
         ├── MaxStepsExceededError
         ├── RunCancelledError
@@ -25,6 +25,7 @@ Library code raises these; only the CLI edge turns them into output and exit cod
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
@@ -146,9 +147,11 @@ class RunError(StepRuntimeError):
 
 
 class InputError(RunError):
-    """Inputs missing, unknown or of the wrong type."""
+    """Inputs missing, unknown, of the wrong type, too large or too deep."""
 
     default_code = "INPUT_MISSING"
+    # Raised before a run exists: the command line was wrong, like a usage error.
+    exit_code = 2
 
 
 class StateError(RunError):
@@ -173,6 +176,21 @@ class StoreError(RunError):
     """The run store or node index failed."""
 
     default_code = "STORE_ERROR"
+
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def refuse_url(path: str, what: str) -> None:
+    """Raise STORE_URL_UNSUPPORTED when a store path is a URL (it would become folders)."""
+    match = _URL.match(path)
+    if match:
+        # Only the scheme is echoed: the rest of a database URL may hold a password.
+        raise StoreError(
+            f"{what} {match.group(1)}://... is a URL; only local SQLite files are supported "
+            "(Postgres is not supported yet)",
+            code="STORE_URL_UNSUPPORTED",
+        )
 
 
 class TokenizerError(RunError):

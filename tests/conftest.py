@@ -264,7 +264,11 @@ def minilm_dir() -> Path:
 
 
 class ChatServer:
-    """Plays a list of scripted behaviours, one per request; records what it received."""
+    """Plays a list of scripted behaviours, one per request; records what it received.
+
+    `{key}` anywhere in a behaviour is replaced by the API key the request carried, so a
+    test can script a server that echoes the key back.
+    """
 
     def __init__(self) -> None:
         self.script: list[dict[str, Any]] = []
@@ -291,6 +295,9 @@ class ChatServer:
                     {"path": self.path, "headers": dict(self.headers), "body": body}
                 )
                 step = server.script.pop(0) if server.script else {"reply": "default"}
+                # `{key}` in a reply or chunk echoes the key the request carried (secret tests).
+                key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                step = _json.loads(_json.dumps(step).replace("{key}", key))
                 if "sleep" in step:
                     _time.sleep(step["sleep"])
                 status = step.get("status", 200)

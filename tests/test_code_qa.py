@@ -99,13 +99,14 @@ def test_record_then_replay_gives_the_same_run(runner, index, tmp_path):
             cli, ["trace", rid, "--store", store, "--format", "jsonl"]
         ).stdout.splitlines()
         events = without_timing(json.loads(x) for x in lines)
-        # The provider name is the only difference allowed between a live call and its replay.
+        # The provider name is the only difference allowed between a live call and its replay
+        # (besides the run ids, "a" and "b").
         traces.append(
             [
                 {
                     k: v
                     for k, v in e.items()
-                    if k not in ("provider", "model", "tokens_in", "tokens_out")
+                    if k not in ("run_id", "provider", "model", "tokens_in", "tokens_out")
                 }
                 for e in events
             ]
@@ -128,3 +129,36 @@ def test_same_pipeline_against_an_openai_compatible_server(runner, index, tmp_pa
     assert out["state"]["retrieval_query"] == "OrderLines usp_PlaceOrder"
     answer_request = chat_server.requests[2]["body"]["messages"]
     assert answer_request[0]["role"] == "system" and "<evidence>" in answer_request[-1]["content"]
+
+
+NO_EVIDENCE = (
+    "No language model was used: this answer was assembled offline from the retrieved evidence."
+    "\n\nNo evidence in the context matches the question ({}); nothing can be cited."
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "query"),
+    [
+        ("hello", "hello"),
+        ("What does the zebra quantum flux capacitor do?", "zebra quantum flux capacitor"),
+    ],
+)
+def test_a_question_without_hits_is_answered_not_failed(runner, index, tmp_path, question, query):
+    # manage_context_budget has nothing to append; context_blocks is [] from the state defaults.
+    result = runner.invoke(
+        cli,
+        [
+            *("exec", PIPELINE, "--index", index, "--store", str(tmp_path / "r.db")),
+            *("--input", f"question={question}", "--json"),
+        ],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert (out["status"], out["error"]) == ("completed", None)
+    assert out["steps"] == [*RETRIEVAL[:-2], "repeat_check", "answer", "finish"]
+    state = out["state"]
+    assert (state["retrieval_query"], state["retrieval_hits"]) == (query, [])
+    assert (state["context_blocks"], state["node_texts"]) == ([], [])
+    assert out["output"] == {"final_answer": NO_EVIDENCE.format(question)}

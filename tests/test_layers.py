@@ -104,3 +104,20 @@ def test_public_module_paths_that_moved_still_work():
         assert getattr(old_action, name) is getattr(contract, name)
     assert old_services.Services is engine_services.Services
     assert runtime.Action is contract.Action and runtime.Services is engine_services.Services
+
+
+def test_every_runtime_subpackage_ships_in_the_wheel():
+    """A subpackage missing from [tool.setuptools] packages imports in a checkout only."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for top in ("runtime", "actions", "classifiers")
+        for p in (ROOT / top).rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    # runtime/_data ships as step_runtime_data (see [tool.setuptools.package-dir]).
+    assert found - listed == {"runtime._data"}

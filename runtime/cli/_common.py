@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
 
 from runtime.errors import StepRuntimeError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def color_enabled(stream: TextIO) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
+    return stream.isatty() and not os.environ.get("NO_COLOR")
 
 
 def handle_errors(func: F) -> F:

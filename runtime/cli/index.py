@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -20,7 +22,11 @@ from runtime.cli._common import handle_errors
     type=click.Path(dir_okay=False),
     help="Index file (default $RUNTIME_INDEX or .runtime/index.db).",
 )
-@click.option("--repository", default="default", show_default=True, help="Repository name.")
+@click.option(
+    "--repository",
+    help="Repository name (default: the name this tree was indexed under before, else the "
+    "name of its folder).",
+)
 @click.option(
     "--snapshot", default="main", show_default=True, help="Snapshot (branch, tag, commit)."
 )
@@ -43,20 +49,30 @@ from runtime.cli._common import handle_errors
 def index(
     paths: tuple[str, ...],
     index_path: str | None,
-    repository: str,
+    repository: str | None,
     snapshot: str,
     labels_file: str | None,
     embedder: str | None,
     jobs: int | None,
     as_json: bool,
 ) -> None:
-    """Index C#, T-SQL, Markdown and text files under PATHS (incremental)."""
+    """Index C#, T-SQL, Markdown and text files under PATHS (incremental).
+
+    Without --repository, a tree indexed before keeps the repository name it was indexed
+    under, and a new tree is named after its folder: indexing the same tree again never
+    stores a second copy under another name.
+    """
     from runtime.retrieval.embeddings import make_embedder
     from runtime.retrieval.indexer import index_paths, load_labels
-    from runtime.retrieval.nodestore import open_store
+    from runtime.retrieval.nodestore import default_path, open_store
 
     emb = make_embedder(embedder) if embedder else None  # a bad name creates no index
-    store = open_store(index_path, create=True)
+    roots = [str(Path(p).resolve()) for p in paths]
+    path = index_path or default_path()
+    if not Path(path).exists():  # decided before the file exists: a refusal creates no index
+        repository = _repository(lambda root: [], roots, repository)
+    store = open_store(path, create=True)
+    repository = _repository(store.root_repositories, roots, repository)
     rules = load_labels(labels_file)
     bar: Any = None
     if sys.stderr.isatty() and not as_json:  # a progress bar on a terminal, never on a pipe
@@ -91,6 +107,8 @@ def index(
             jobs=jobs,
             progress=show if bar else None,
         )
+    for root in roots:
+        store.record_root(root, repository)
     if report.rebuilt:
         click.echo(
             f"note: {store.path} had the layout of another version; it was rebuilt from scratch",
@@ -119,6 +137,44 @@ def index(
             + f"): {report.nodes} node(s) written, "
             f"{report.edges} edge(s), {report.seconds:.2f}s -> {store.path}"
         )
+
+
+def _repository(indexed_as: Callable[[str], list[str]], roots: list[str], given: str | None) -> str:
+    """The repository to index roots as: given, else the one they were indexed as, else
+    the folder's name; REPOSITORY_REQUIRED when that is not one name."""
+    from runtime.errors import UsageError
+
+    if given is not None:
+        for root in roots:
+            others = [r for r in indexed_as(root) if r != given]
+            if others:  # named on purpose, but never silently: the old copy stays searchable
+                click.echo(
+                    f"warning: {root} is also indexed as repository {', '.join(others)}; "
+                    f"this stores another copy as {given!r}",
+                    err=True,
+                )
+        return given
+    known = sorted({r for root in roots for r in indexed_as(root)})
+    if len(known) == 1:
+        return known[0]
+    if known:
+        raise UsageError(
+            f"these paths are indexed as repositories {', '.join(known)}; "
+            "say which with --repository",
+            code="REPOSITORY_REQUIRED",
+        )
+    if len(roots) > 1:
+        raise UsageError(
+            f"{len(roots)} paths and no --repository: name the repository they form",
+            code="REPOSITORY_REQUIRED",
+        )
+    top = Path(roots[0])
+    name = (top if top.is_dir() else top.parent).name
+    if not name:
+        raise UsageError(
+            f"{top} has no folder name to use; pass --repository", code="REPOSITORY_REQUIRED"
+        )
+    return name
 
 
 @click.command()
@@ -153,8 +209,9 @@ def search(
     from runtime.retrieval.node import Scope
     from runtime.retrieval.nodestore import open_store
 
-    store = open_store(index_path)
+    # Checked before the index is opened: an empty --repository "" is SCOPE_INVALID, never "all".
     scope = Scope(repository, snapshot, tuple(labels) if labels else None)
+    store = open_store(index_path)
     hits = store.search(query, scope=scope, top_k=top_k, search_type=search_type)
     if as_json:
         click.echo(json.dumps({"hits": hits}, indent=2))

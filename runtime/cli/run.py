@@ -4,50 +4,66 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
 from runtime.cli._common import handle_errors
+from runtime.cli._inputs import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_DEPTH,
+    MAX_BYTES_ENV,
+    MAX_DEPTH_ENV,
+    parse_inputs,
+)
+
+# Failures from outside the pipeline and its state (servers, credentials, files, the
+# index, cancellation, an action's code): after fixing those, resuming can succeed. Other
+# failures repeat the same way on resume, so no resume hint is printed for them.
+RESUMABLE = frozenset(
+    {
+        "MODEL_RATE_LIMITED",
+        "MODEL_TIMEOUT",
+        "MODEL_PROVIDER_ERROR",
+        "MODEL_AUTH_ERROR",
+        "INVALID_STRUCTURED_OUTPUT",
+        "RUN_CANCELLED",
+        "STORE_ERROR",
+        "INDEX_NOT_FOUND",
+        "INDEX_FORMAT",
+        "INDEX_ERROR",
+        "EMBEDDINGS_UNAVAILABLE",
+        "TOKENIZER_UNAVAILABLE",
+        "ACTION_FAILED",
+    }
+)
 
 
-def _parse_inputs(
-    pairs: tuple[str, ...], inputs_file: str | None, declared: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    if inputs_file:
-        try:
-            data = json.loads(Path(inputs_file).read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise click.BadParameter(f"not JSON: {exc}", param_hint="--inputs") from exc
-        if not isinstance(data, dict):
-            raise click.BadParameter("must hold a JSON object", param_hint="--inputs")
-        values.update(data)
-    for pair in pairs:
-        name, sep, raw = pair.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--input")
-        spec = (declared or {}).get(name)
-        if spec is not None and spec.type == "string":
-            values[name] = raw  # a declared string stays text, even when it looks like JSON
-            continue
-        try:
-            values[name] = json.loads(raw)
-        except ValueError:
-            values[name] = raw  # not JSON: the text itself
-    return values
+def _check_model(services: Any) -> None:
+    """Build the --model provider before the run: an unknown name or a bad spec exits 2."""
+    from runtime.errors import StepRuntimeError, UsageError
+
+    if services.model_spec is None:
+        return
+    try:
+        services.model()  # cached: the run's steps use this same provider
+    except StepRuntimeError as exc:
+        raise UsageError(f"--model: {exc.message}", code=exc.code) from exc
 
 
-def _print_result(result: Any, as_json: bool) -> None:
+def _print_result(result: Any, as_json: bool, progress: Any = None) -> None:
+    # A value the terminal already showed as a streamed reply is not printed again.
+    shown = progress.already_shown if progress is not None else (lambda text: False)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     elif result.error is None:
         out = result.output
         if isinstance(out, dict):
             for key, value in out.items():
+                if isinstance(value, str) and shown(value):
+                    continue
                 click.echo(f"{key}: {value if isinstance(value, str) else json.dumps(value)}")
-        elif out is not None:
+        elif out is not None and not (isinstance(out, str) and shown(out)):
             click.echo(out if isinstance(out, str) else json.dumps(out, indent=2))
         click.echo(f"[run {result.run_id} completed in {len(result.steps)} steps]", err=True)
     else:
@@ -55,37 +71,31 @@ def _print_result(result: Any, as_json: bool) -> None:
         click.echo(f"error: {e.code}: {e.message} (step {e.step_id})", err=True)
         if e.hint:
             click.echo(f"hint: {e.hint}", err=True)
-        click.echo(
-            f"[run {result.run_id} failed; resume with: runtime resume {result.run_id}]", err=True
-        )
+        if e.code in RESUMABLE:
+            click.echo(
+                f"[run {result.run_id} failed; resume with: runtime resume {result.run_id}]",
+                err=True,
+            )
+        else:
+            click.echo(f"[run {result.run_id} failed]", err=True)
 
 
-def _progress(enabled: bool) -> tuple[Any, Any]:
-    """An event listener drawing a status line on a terminal (never on a pipe)."""
-    if not enabled:
-        return None, None
-    from rich.console import Console
+def _progress(pipeline: Any, as_json: bool, first_step: str | None) -> Any:
+    """The terminal view: a spinner on a terminal's stderr, replies streamed to a terminal's stdout."""
+    from runtime.cli._progress import Progress
 
-    console = Console(stderr=True)
-    status = console.status("starting")
-    count = {"n": 0}
-
-    def on_event(event: dict[str, Any]) -> None:
-        if event["type"] == "STEP":
-            count["n"] += 1
-            status.update(f"step {count['n']}: {event['step_id']} ({event.get('action')})")
-
-    return on_event, status
+    return Progress(
+        {s.id: s.action for s in pipeline.steps},
+        first_step=first_step,
+        spinner=sys.stderr.isatty() and not as_json,
+        stream=sys.stdout.isatty() and not as_json,
+    )
 
 
-def _run(engine_call: Any, as_json: bool) -> None:
-    on_event, status = _progress(sys.stderr.isatty() and not as_json)
-    if status is not None:
-        with status:
-            result = engine_call(on_event)
-    else:
-        result = engine_call(None)
-    _print_result(result, as_json)
+def _run(engine_call: Any, as_json: bool, progress: Any) -> None:
+    with progress:
+        result = engine_call(progress.event_listener)
+    _print_result(result, as_json, progress)
     sys.exit(0 if result.status == "completed" else 1)
 
 
@@ -117,12 +127,36 @@ def _load_or_exit(path: str) -> Any:
     help="A JSON object of input variables.",
 )
 @click.option(
+    "--max-input-bytes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_BYTES,
+    show_default=True,
+    envvar=MAX_BYTES_ENV,
+    show_envvar=True,
+    help="Size limit of the --inputs file and the --input values together (INPUT_TOO_LARGE).",
+)
+@click.option(
+    "--max-input-depth",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_DEPTH,
+    show_default=True,
+    envvar=MAX_DEPTH_ENV,
+    show_envvar=True,
+    help="How deeply input JSON may nest arrays and objects (INPUT_TOO_DEEP).",
+)
+@click.option(
     "--store",
     type=click.Path(dir_okay=False),
     help="Run store (default $RUNTIME_STORE or .runtime/runs.db).",
 )
 @click.option("--max-steps", type=click.IntRange(min=1), help="Override settings.max_steps.")
 @click.option("--run-id", help="Id for the new run (default random).")
+@click.option(
+    "--durability",
+    type=click.Choice(["normal", "full"]),
+    help="Checkpoint durability: normal (WAL, no fsync per checkpoint; the default) or "
+    "full (fsync every checkpoint). Overrides settings.durability.",
+)
 @click.option(
     "--index",
     "index_path",
@@ -148,9 +182,12 @@ def exec_(
     pipeline: str,
     input_pairs: tuple[str, ...],
     inputs_file: str | None,
+    max_input_bytes: int,
+    max_input_depth: int,
     store: str | None,
     max_steps: int | None,
     run_id: str | None,
+    durability: str | None,
     index_path: str | None,
     model_spec: str | None,
     record_path: str | None,
@@ -158,30 +195,46 @@ def exec_(
 ) -> None:
     """Validate and run PIPELINE (a file, or FILE#NAME for a pack member).
 
-    Exit status: 0 completed, 1 failed, 2 invalid pipeline or usage error.
+    On a terminal, a spinner on stderr names the step running now, and a model reply
+    streams to stdout as it arrives, on lines of its own; an answer already streamed
+    is not printed again. NO_COLOR=1 turns colour off.
+
+    Exit status: 0 completed, 1 failed, 2 before any run: an invalid pipeline, inputs
+    or --model, or a usage error.
     """
     from runtime.engine import Engine
     from runtime.engine.services import Services
+    from runtime.engine.state import apply_inputs
     from runtime.engine.store import SqliteRunStore
+    from runtime.errors import refuse_url
 
     loaded = _load_or_exit(pipeline)
-    inputs = _parse_inputs(input_pairs, inputs_file, loaded.inputs)
-    on_chunk = None
-    if not as_json and sys.stdout.isatty():
-
-        def on_chunk(text: str) -> None:
-            click.echo(text, nl=False)
-
+    inputs = parse_inputs(
+        input_pairs,
+        inputs_file,
+        loaded.inputs,
+        max_bytes=max_input_bytes,
+        max_depth=max_input_depth,
+    )
+    apply_inputs(loaded, inputs)  # missing, unknown or mistyped: exit 2 before a run exists
+    if index_path:
+        refuse_url(index_path, "--index")
+    progress = _progress(loaded, as_json, loaded.entry_step_id)
     services = Services(
         settings=loaded.settings,
         index_path=index_path,
         model_spec=model_spec,
         record_path=record_path,
         base_dir=str(loaded.base_dir),
-        on_model_chunk=on_chunk,
+        on_model_chunk=progress.chunk_listener,
     )
-    engine = Engine(loaded, services=services, store=SqliteRunStore(store))
-    _run(lambda ev: engine.run(inputs, run_id=run_id, max_steps=max_steps, on_event=ev), as_json)
+    _check_model(services)
+    engine = Engine(loaded, services=services, store=SqliteRunStore(store), durability=durability)
+    _run(
+        lambda ev: engine.run(inputs, run_id=run_id, max_steps=max_steps, on_event=ev),
+        as_json,
+        progress,
+    )
 
 
 @click.command()
@@ -189,9 +242,15 @@ def exec_(
 @click.option(
     "--store",
     type=click.Path(dir_okay=False),
-    help="Run store (default $RUNTIME_STORE or .runtime/runs.db).",
+    help="Run store (default $RUNTIME_STORE or .runtime/runs.db); it must exist.",
 )
 @click.option("--force", is_flag=True, help="Resume even though the pipeline changed.")
+@click.option(
+    "--durability",
+    type=click.Choice(["normal", "full"]),
+    help="Checkpoint durability: normal (WAL, no fsync per checkpoint; the default) or "
+    "full (fsync every checkpoint). Overrides settings.durability.",
+)
 @click.option("--index", "index_path", type=click.Path(dir_okay=False), help="Node index.")
 @click.option("--model", "model_spec", help="Model spec, as for exec.")
 @click.option(
@@ -202,6 +261,7 @@ def resume(
     run_id: str,
     store: str | None,
     force: bool,
+    durability: str | None,
     index_path: str | None,
     model_spec: str | None,
     as_json: bool,
@@ -210,15 +270,21 @@ def resume(
     from runtime.engine import Engine
     from runtime.engine.services import Services
     from runtime.engine.store import SqliteRunStore
+    from runtime.errors import refuse_url
 
-    run_store = SqliteRunStore(store)
+    if index_path:
+        refuse_url(index_path, "--index")
+    run_store = SqliteRunStore(store, create=False)
     file = run_store.run_file(run_id)
     loaded = _load_or_exit(file)
+    progress = _progress(loaded, as_json, None)  # RUN_RESUMED names the step
     services = Services(
         settings=loaded.settings,
         index_path=index_path,
         model_spec=model_spec,
         base_dir=str(loaded.base_dir),
+        on_model_chunk=progress.chunk_listener,
     )
-    engine = Engine(loaded, services=services, store=run_store)
-    _run(lambda ev: engine.resume(run_id, force=force, on_event=ev), as_json)
+    _check_model(services)
+    engine = Engine(loaded, services=services, store=run_store, durability=durability)
+    _run(lambda ev: engine.resume(run_id, force=force, on_event=ev), as_json, progress)

@@ -2,51 +2,139 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import time
+from typing import Any
 
 import click
 
 from runtime.cli._common import handle_errors
+
+STATUSES = ("running", "completed", "failed")
 
 
 @click.command()
 @click.option(
     "--store",
     type=click.Path(dir_okay=False),
-    help="Run store (default $RUNTIME_STORE or .runtime/runs.db).",
+    help="Run store (default $RUNTIME_STORE or .runtime/runs.db); it must exist.",
 )
+@click.option("--status", type=click.Choice(STATUSES), help="Only runs with this status.")
+@click.option("--pipeline", help="Only runs of the pipeline with this name.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
-def runs(store: str | None, limit: int, as_json: bool) -> None:
+def runs(
+    store: str | None, status: str | None, pipeline: str | None, limit: int, as_json: bool
+) -> None:
     """List runs with status and timing, newest first."""
     from runtime.engine.store import SqliteRunStore
 
-    rows = SqliteRunStore(store).runs(limit)
+    run_store = SqliteRunStore(store, create=False)
+    rows = run_store.runs(limit, status=status, pipeline=pipeline)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    if not rows:
+        what = " ".join(f"--{k} {v}" for k, v in (("status", status), ("pipeline", pipeline)) if v)
+        click.echo(f"no runs{' match ' + what if what else ''} in {run_store.path}", err=True)
+        return
+    id_width = max(len("RUN ID"), *(len(r["run_id"]) for r in rows))
+    name_width = max(len("PIPELINE"), *(len(str(r["pipeline"])) for r in rows))
+    header = (
+        f"{'RUN ID':<{id_width}}  {'STATUS':<9}  {'STARTED':<19}  {'SECONDS':>9}  "
+        f"{'STEPS':>5}  {'PIPELINE':<{name_width}}  ERROR"
+    )
+    click.echo(header)
     for r in rows:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"]))
-        err = f"  {r['error']['code']}" if r["error"] else ""
-        click.echo(
-            f"{r['run_id']:<14} {r['status']:<10} {started}  {r['seconds']:>8.3f}s "
-            f"{r['steps']:>5} steps  {r['pipeline']}{err}"
+        err = r["error"]["code"] if r["error"] else ""
+        line = (
+            f"{r['run_id']:<{id_width}}  {r['status']:<9}  {started:<19}  {r['seconds']:>9.3f}  "
+            f"{r['steps']:>5}  {r['pipeline']!s:<{name_width}}  {err}"
         )
+        click.echo(line.rstrip())
 
 
 @click.command()
 @click.argument("run_id")
-@click.option("--store", type=click.Path(dir_okay=False), help="Run store.")
+@click.option(
+    "--store",
+    type=click.Path(dir_okay=False),
+    help="Run store (default $RUNTIME_STORE or .runtime/runs.db); it must exist.",
+)
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "jsonl"]), default="text", show_default=True
 )
+@click.option("--step", "step_id", help="Only the events of this step.")
+@click.option(
+    "--messages",
+    is_flag=True,
+    help="Print the exact messages each model call sent, verbatim (with --step: its calls).",
+)
+@click.option("--full", is_flag=True, help="Print values whole (text listing cuts them at 80).")
 @handle_errors
-def trace(run_id: str, store: str | None, fmt: str) -> None:
-    """Show a run's trace events."""
+def trace(
+    run_id: str, store: str | None, fmt: str, step_id: str | None, messages: bool, full: bool
+) -> None:
+    """Show a run's trace events, or the exact prompts its model calls sent."""
     from runtime.engine import trace as tr
     from runtime.engine.store import SqliteRunStore
 
-    events = SqliteRunStore(store).events(run_id)
-    click.echo(tr.to_jsonl(events) if fmt == "jsonl" else tr.render_text(events), nl=fmt == "text")
+    events = SqliteRunStore(store, create=False).events(run_id)
+    if step_id is not None:
+        events = _of_step(events, run_id, step_id)
+    if messages:
+        calls = [e for e in events if e["type"] == "MODEL_CALL"]
+        if not calls:
+            from runtime.errors import UsageError
+
+            where = f"step {step_id!r}" if step_id else "it"
+            raise UsageError(f"run {run_id}: {where} made no model call")
+        if fmt == "jsonl":
+            keys = ("run_id", "seq", "step_id", "model", "messages")
+            click.echo(tr.to_jsonl({k: c.get(k) for k in keys} for c in calls), nl=False)
+        else:
+            click.echo(_render_messages(calls), nl=False)
+        return
+    if fmt == "jsonl":
+        click.echo(tr.to_jsonl(events), nl=False)
+    else:
+        click.echo(tr.render_text(events, width=None if full else 80))
+
+
+def _of_step(events: list[dict[str, Any]], run_id: str, step_id: str) -> list[dict[str, Any]]:
+    """The events of one step; USAGE naming the steps that ran when it did not run."""
+    from runtime.errors import UsageError
+
+    chosen = [e for e in events if e.get("step_id") == step_id]
+    if chosen:
+        return chosen
+    ran = list(dict.fromkeys(e["step_id"] for e in events if e.get("step_id")))
+    near = difflib.get_close_matches(step_id, ran, n=1)
+    raise UsageError(
+        f"run {run_id}: step {step_id!r} did not run; steps that ran: {', '.join(ran) or 'none'}"
+        + (f"; did you mean {near[0]!r}?" if near else "")
+    )
+
+
+def _render_messages(calls: list[dict[str, Any]]) -> str:
+    """Each call's messages, content verbatim between plain separator lines."""
+    out = []
+    for n, call in enumerate(calls, 1):
+        about = ", ".join(
+            f"{label} {call[key]}"
+            for label, key in (
+                ("event", "seq"),
+                ("model", "model"),
+                ("prompt tokens", "prompt_tokens"),
+            )
+            if call.get(key) is not None
+        )
+        out.append(f"=== {call['step_id']}: model call {n} of {len(calls)} ({about}) ===\n")
+        for i, message in enumerate(call.get("messages") or [], 1):
+            out.append(f"--- message {i}: {message.get('role')} ---\n")
+            content = str(message.get("content", ""))
+            out.append(content if content.endswith("\n") else content + "\n")
+    return "".join(out)

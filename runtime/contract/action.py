@@ -17,6 +17,12 @@ An action is a class registered under a name (entry-point group
 - ``runnable``: False while only the schema exists; such a step fails validation
   for execution with ``ACTION_NOT_RUNNABLE``.
 - ``reads`` / ``writes``: the state variables it reads and writes (docs, trace).
+- ``reads_settings``: settings keys it reads directly (beyond the known settings and
+  its ``*_from_settings`` fields), so validation does not warn that nothing reads them.
+- ``defaults``: state variables every run of a pipeline using the action starts
+  with, and their values (``context_blocks: []``), so a later step can read a
+  variable the action may leave unwritten (no evidence found). Inputs win; the
+  values must be JSON and no engine-owned name.
 
 At run time the engine creates one instance per step and calls
 ``run(ctx)`` exactly once per visit, after consuming the step's inbox into
@@ -55,20 +61,37 @@ class Outcome:
     label: str | None = None
     stop: bool = False
 
+    # Outcomes are frozen and compare by value, so one shared instance per choice serves every
+    # step: a frozen dataclass costs microseconds to build, a dict lookup does not.
     @classmethod
     def to_branch(cls, name: str) -> Outcome:
         """Follow the step field ``on_<name>``."""
-        return cls(branch=name, label=name)
+        hit = _BRANCHES.get(name) if cls is Outcome else None
+        return hit or _share(cls, _BRANCHES, name, branch=name, label=name)
 
     @classmethod
     def goto(cls, step_id: str, label: str) -> Outcome:
         """Go to a step chosen from the step's configuration (routers)."""
-        return cls(target=step_id, label=label)
+        hit = _GOTOS.get((step_id, label)) if cls is Outcome else None
+        return hit or _share(cls, _GOTOS, (step_id, label), target=step_id, label=label)
 
     @classmethod
     def end(cls) -> Outcome:
         """End the run after this step."""
-        return cls(stop=True, label="end")
+        hit = _GOTOS.get(None) if cls is Outcome else None
+        return hit or _share(cls, _GOTOS, None, stop=True, label="end")
+
+
+_BRANCHES: dict[Any, Outcome] = {}
+_GOTOS: dict[Any, Outcome] = {}
+
+
+def _share(cls: type[Outcome], shared: dict[Any, Outcome], key: Any, **fields: Any) -> Outcome:
+    """A new outcome, kept for reuse when it is a plain Outcome (at most 4,096 per kind)."""
+    outcome = cls(**fields)
+    if cls is Outcome and len(shared) < 4096:
+        shared[key] = outcome
+    return outcome
 
 
 @dataclass(frozen=True)
@@ -173,7 +196,9 @@ class Action:
     required: ClassVar[tuple[str, ...]] = ()
     outcomes: ClassVar[tuple[str, ...]] = ()
     reads: ClassVar[tuple[str, ...]] = ()
+    reads_settings: ClassVar[tuple[str, ...]] = ()
     writes: ClassVar[tuple[str, ...]] = ()
+    defaults: ClassVar[dict[str, Any]] = {}
     runnable: ClassVar[bool] = False
     bounds_loops: ClassVar[bool] = False
     terminal: ClassVar[bool] = False

@@ -21,7 +21,7 @@ from runtime.contract.action import Action, Outcome
 from runtime.contract.registry import Registry, default_registry
 from runtime.engine.inbox import Inbox
 from runtime.engine.services import Services
-from runtime.engine.state import RunState, apply_inputs
+from runtime.engine.state import RunState, action_defaults, apply_inputs, initial_variables
 from runtime.engine.step_context import Context
 from runtime.engine.trace import Tracer, summarize
 from runtime.errors import (
@@ -32,6 +32,7 @@ from runtime.errors import (
     StepRuntimeError,
 )
 from runtime.format.access import mapping
+from runtime.format.compat import NOT_YET_SUPPORTED, not_yet_supported_message
 from runtime.format.pipeline import Pipeline, Step
 
 _MODEL_CODES = frozenset(
@@ -47,7 +48,7 @@ class RunResult:
     status: str
     steps: list[str]
     state: dict[str, Any]
-    output: Any
+    output: dict[str, Any]  # see output_of: always a mapping
     error: RunError | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
 
@@ -63,14 +64,20 @@ class RunResult:
         }
 
 
-def output_of(pipeline: Pipeline, variables: Mapping[str, Any]) -> Any:
-    """The run's output: the declared outputs, else final_answer / answer."""
+def output_of(pipeline: Pipeline, variables: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's output, always a mapping of variable names to values.
+
+    With `outputs:` declared, each declared name (None when unset). Without, the answer
+    under its own name: `{"final_answer": ...}`, else `{"answer": ...}`, else `{}`. One
+    shape for every pipeline, so `result.output["final_answer"]` never depends on
+    whether the pipeline happens to declare its outputs.
+    """
     if pipeline.outputs:
         return {name: variables.get(name) for name in pipeline.outputs}
     for name in ("final_answer", "answer"):
         if name in variables:
-            return variables[name]
-    return None
+            return {name: variables[name]}
+    return {}
 
 
 @dataclass
@@ -78,6 +85,42 @@ class _Position:
     step_id: str | None
     state: RunState
     inbox: Inbox
+    store_kw: dict[str, Any] = field(default_factory=dict)  # the run's durability, if chosen
+
+
+_clock = time.perf_counter
+DURABILITY = ("normal", "full")
+
+
+class _Plan:
+    """What the loop needs of one step, worked out once per engine instead of per visit."""
+
+    __slots__ = (
+        "action",
+        "attempts",
+        "branches",
+        "config",
+        "end",
+        "next",
+        "retry",
+        "step",
+        "step_id",
+    )
+
+    def __init__(self, step: Step, action: Action) -> None:
+        self.step = step
+        self.step_id = step.id
+        self.action = action
+        self.config = step.config
+        self.retry = mapping(step.config.get("retry"))
+        self.attempts = int(self.retry.get("max_attempts", 1))
+        self.end = step.end
+        self.next = step.next
+        self.branches = {
+            key[3:]: value
+            for key, value in step.config.items()
+            if key.startswith("on_") and isinstance(value, str)
+        }
 
 
 class Engine:
@@ -91,6 +134,7 @@ class Engine:
         services: Services | None = None,
         store: Any = None,
         sleep: Callable[[float], None] = time.sleep,
+        durability: str | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.registry = registry or default_registry()
@@ -102,6 +146,12 @@ class Engine:
         self._actions: dict[str, Action] = {}
         for step in pipeline.steps:
             cls = self.registry.get(step.action)
+            if cls is None and step.action in NOT_YET_SUPPORTED:
+                raise RunError(
+                    not_yet_supported_message(step.action),
+                    code="ACTION_NOT_YET_SUPPORTED",
+                    step_id=step.id,
+                )
             if cls is None:
                 raise RunError(
                     f"action {step.action!r} is not registered",
@@ -109,6 +159,19 @@ class Engine:
                     step_id=step.id,
                 )
             self._actions[step.id] = cls()
+        self._plans = {step.id: _Plan(step, self._actions[step.id]) for step in pipeline.steps}
+        # An explicit argument (CLI flag, embedding API) wins over settings.durability; with
+        # neither, the store's own default applies (normal).
+        chosen = durability or pipeline.settings.get("durability")
+        if chosen is not None and chosen not in DURABILITY:
+            raise RunError(
+                f"durability must be one of {', '.join(DURABILITY)}, got {chosen!r}",
+                code="DURABILITY_UNKNOWN",
+            )
+        self.durability: str | None = chosen
+        self._durability_kw: dict[str, Any] = {"durability": chosen} if chosen else {}
+        # The variables the pipeline's actions document as defaults; every new run starts with them.
+        self.defaults = action_defaults(type(a) for a in self._actions.values())
 
     # --- public --------------------------------------------------------------
     def run(
@@ -123,12 +186,18 @@ class Engine:
         """Start a run and drive it to completion or failure."""
         run_id = run_id or uuid.uuid4().hex[:12]
         variables = apply_inputs(self.pipeline, inputs or {})
-        state = RunState(variables=dict(variables))
+        state = RunState(variables=initial_variables(self.defaults, variables))
         tracer = Tracer(run_id, listeners=[on_event] if on_event else [])
         if self.store is not None:
-            self.store.create_run(run_id, self.pipeline, dict(inputs or {}))
-        tracer.emit("RUN_STARTED", None, pipeline=self.pipeline.name, inputs=sorted(variables))
-        pos = _Position(self.pipeline.entry_step_id, state, Inbox())
+            self.store.create_run(run_id, self.pipeline, dict(inputs or {}), **self._durability_kw)
+        tracer.emit(
+            "RUN_STARTED",
+            None,
+            pipeline=self.pipeline.name,
+            inputs=sorted(variables),
+            defaults=sorted(set(self.defaults) - set(variables)),
+        )
+        pos = _Position(self.pipeline.entry_step_id, state, Inbox(), self._durability_kw)
         return self._drive(run_id, pos, tracer, variables, max_steps, cancel)
 
     def resume(
@@ -159,11 +228,16 @@ class Engine:
         tracer = Tracer(run_id, seq=saved["event_seq"], listeners=[on_event] if on_event else [])
         position = saved["position"]
         if saved.get("fresh"):  # killed before its first checkpoint: start from the entry
-            state.variables = apply_inputs(self.pipeline, saved["inputs"])
+            state.variables = initial_variables(
+                self.defaults, apply_inputs(self.pipeline, saved["inputs"])
+            )
             position = self.pipeline.entry_step_id
-        self.store.set_status(run_id, "running")
+        # A resumed run keeps the durability it was started with, unless told otherwise.
+        chosen = self.durability or saved.get("durability")
+        store_kw = {"durability": chosen} if chosen else {}
+        self.store.set_status(run_id, "running", **store_kw)
         tracer.emit("RUN_RESUMED", None, position=position, forced=force)
-        pos = _Position(position, state, inbox)
+        pos = _Position(position, state, inbox, store_kw)
         return self._drive(run_id, pos, tracer, saved["inputs"], max_steps, cancel)
 
     # --- loop ----------------------------------------------------------------
@@ -179,70 +253,80 @@ class Engine:
         limit = max_steps or self.pipeline.max_steps
         rng = random.Random(int(hashlib.sha256(run_id.encode()).hexdigest()[:16], 16))
         error: RunError | None = None
+        plans = self._plans
+        state = pos.state
+        checkpoint = self.store is not None
+        # One context for the whole run, reset per attempt (see Context.begin).
+        ctx = Context(
+            run_id=run_id,
+            pipeline=self.pipeline,
+            state=state,
+            inbox=pos.inbox,
+            services=self.services,
+            tracer=tracer,
+            inputs=inputs,
+        )
         try:
             while pos.step_id is not None:
                 if cancel is not None and cancel.is_set():
                     raise RunCancelledError("the run was cancelled", step_id=pos.step_id)
-                if pos.state.step_count >= limit:
+                if state.step_count >= limit:
                     raise MaxStepsExceededError(
                         f"run took more than {limit} steps", step_id=pos.step_id
                     )
-                pos.step_id = self._visit(run_id, pos, tracer, inputs, rng)
-                self._checkpoint(run_id, pos, tracer, "running")
+                pos.step_id = self._visit(plans[pos.step_id], ctx, pos, tracer, rng)
+                if checkpoint:
+                    self._checkpoint(run_id, pos, tracer, "running")
             self._leftovers(pos, tracer)
         except RunError as exc:
             error = exc
             tracer.emit("RUN_FAILED", exc.step_id, code=exc.code, message=exc.message)
         status = "failed" if error else "completed"
         if not error:
-            tracer.emit("RUN_COMPLETED", None, steps=pos.state.step_count)
+            tracer.emit("RUN_COMPLETED", None, steps=state.step_count)
         result = RunResult(
             run_id,
             status,
-            list(pos.state.step_trace),
-            dict(pos.state.variables),
-            output_of(self.pipeline, pos.state.variables),
+            list(state.step_trace),
+            dict(state.variables),
+            output_of(self.pipeline, state.variables),
             error,
         )
         if self.store is not None:
             self._checkpoint(run_id, pos, tracer, status)
-            self.store.finish(run_id, status, result.output, error.to_dict() if error else None)
+            self.store.finish(
+                run_id,
+                status,
+                result.output,
+                error.to_dict() if error else None,
+                **pos.store_kw,
+            )
         else:
             result.events = tracer.drain()
         return result
 
     def _visit(
         self,
-        run_id: str,
+        plan: _Plan,
+        ctx: Context,
         pos: _Position,
         tracer: Tracer,
-        inputs: Mapping[str, Any],
         rng: random.Random,
     ) -> str | None:
-        step = self.pipeline.step(pos.step_id or "")
-        action = self._actions[step.id]
-        messages = pos.inbox.consume(step.id)
-        for m in messages:
-            tracer.emit("INBOX_CONSUME", step.id, message=m.to_dict())
-        retry = mapping(step.config.get("retry"))
-        attempts = int(retry.get("max_attempts", 1))
+        step = plan.step
+        step_id = plan.step_id
+        if pos.inbox.messages:
+            messages = pos.inbox.consume(step_id)
+            for m in messages:
+                tracer.emit("INBOX_CONSUME", step_id, message=m.to_dict())
+        else:
+            messages = []
         attempt = 1
         while True:
-            ctx = Context(
-                run_id=run_id,
-                step=step,
-                pipeline=self.pipeline,
-                state=pos.state,
-                inbox=pos.inbox,
-                messages=list(messages),
-                services=self.services,
-                tracer=tracer,
-                inputs=inputs,
-                attempt=attempt,
-            )
-            started = time.perf_counter()
+            ctx.begin(step_id, plan.config, list(messages) if messages else messages, attempt)
+            started = _clock()
             try:
-                outcome = action.run(ctx)
+                outcome = plan.action.run(ctx)
                 if outcome is not None and not isinstance(outcome, Outcome):
                     raise RunError(
                         f"action {step.action!r} returned {type(outcome).__name__}, not an Outcome",
@@ -254,56 +338,64 @@ class Engine:
                 err = RunError(
                     f"action {step.action!r} raised {type(exc).__name__}: {exc}",
                     code="ACTION_FAILED",
-                    step_id=step.id,
+                    step_id=step_id,
                     attempt=attempt,
                 )
-                tracer.emit("ACTION_EXCEPTION", step.id, traceback=traceback.format_exc())
+                tracer.emit("ACTION_EXCEPTION", step_id, traceback=traceback.format_exc())
             else:
-                return self._finish_visit(step, ctx, outcome, pos, tracer, started, attempt)
-            if attempt < attempts and self._retryable(err, retry):
-                delay = self._backoff(retry, attempt, rng)
-                tracer.emit("RETRY", step.id, code=err.code, attempt=attempt, delay_s=delay)
+                break
+            if attempt < plan.attempts and self._retryable(err, plan.retry):
+                delay = self._backoff(plan.retry, attempt, rng)
+                tracer.emit("RETRY", step_id, code=err.code, attempt=attempt, delay_s=delay)
                 self.sleep(delay)
                 attempt += 1
                 continue
             return self._catch(step, err, pos, tracer)
-
-    def _finish_visit(
-        self,
-        step: Step,
-        ctx: Context,
-        outcome: Outcome | None,
-        pos: _Position,
-        tracer: Tracer,
-        started: float,
-        attempt: int,
-    ) -> str | None:
-        written, sent = ctx.commit()
-        if pos.state.dirty is not None:
-            pos.state.dirty.update(written)
-        for m in sent:
-            tracer.emit("INBOX_ENQUEUE", step.id, message=m.to_dict())
-        pos.state.step_trace.append(step.id)
-        pos.state.step_count += 1
-        nxt, label = self._choose(step, outcome)
-        tracer.emit(
-            "STEP",
-            step.id,
-            action=step.action,
-            outcome=label,
-            next=nxt,
-            attempt=attempt,
-            duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            read=sorted(ctx.read),
-            wrote={
-                n: summarize(pos.state.variables[n]) if n in pos.state.variables else None
-                for n in written
-            },
+        # The attempt succeeded: apply what it staged, record the step, choose the next one.
+        # (This is the engine's hot path, written out inline.)
+        state = pos.state
+        written = ctx.commit()
+        if written and state.dirty is not None:
+            state.dirty.update(written)
+        if ctx.sent:
+            for m in ctx.sent:
+                tracer.emit("INBOX_ENQUEUE", step_id, message=m.to_dict())
+        state.step_trace.append(step_id)
+        state.step_count += 1
+        if plan.end:
+            nxt, label = None, "end"
+        elif (  # the common choice, a branch, without building a tuple
+            outcome is not None
+            and outcome.branch is not None
+            and outcome.target is None
+            and not outcome.stop
+            and outcome.branch in plan.branches
+        ):
+            label = outcome.branch
+            nxt = plan.branches[label]
+        else:
+            nxt, label = self._choose(plan, outcome)
+        wrote: dict[str, Any] = {}
+        if written:
+            variables = state.variables
+            for name in written:
+                wrote[name] = summarize(variables[name]) if name in variables else None
+        read = ctx.read
+        tracer.step(
+            step_id,
+            step.action,
+            label,
+            nxt,
+            attempt,
+            started,
+            sorted(read) if len(read) > 1 else [*read],
+            wrote,
         )
         return nxt
 
-    def _choose(self, step: Step, outcome: Outcome | None) -> tuple[str | None, str]:
-        if step.end:
+    @staticmethod
+    def _choose(plan: _Plan, outcome: Outcome | None) -> tuple[str | None, str]:
+        if plan.end:
             return None, "end"
         if outcome is not None:
             if outcome.stop:
@@ -311,16 +403,16 @@ class Engine:
             if outcome.target is not None:
                 return outcome.target, outcome.label or "route"
             if outcome.branch is not None:
-                target = step.config.get(f"on_{outcome.branch}")
-                if isinstance(target, str):
+                target = plan.branches.get(outcome.branch)
+                if target is not None:
                     return target, outcome.branch
-        if step.next is not None:
-            return step.next, "next"
+        if plan.next is not None:
+            return plan.next, "next"
         raise RunError(
-            f"step {step.id!r} chose {outcome.label if outcome else 'no branch'} "
+            f"step {plan.step.id!r} chose {outcome.label if outcome else 'no branch'} "
             "but has no transition for it",
             code="NO_TRANSITION",
-            step_id=step.id,
+            step_id=plan.step.id,
         )
 
     def _catch(self, step: Step, err: RunError, pos: _Position, tracer: Tracer) -> str | None:
@@ -397,5 +489,6 @@ class Engine:
             events=tracer.drain(),
             status=status,
             changed=pos.state.dirty,
+            **pos.store_kw,
         )
         pos.state.dirty = set()

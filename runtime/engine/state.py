@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.contract.action import ENGINE_OWNED
-from runtime.errors import InputError, StateError
+from runtime.contract.action import ENGINE_OWNED, VARIABLE_PATTERN, Action
+from runtime.errors import ActionContractError, InputError, StateError
 from runtime.format.pipeline import Pipeline
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
@@ -21,16 +22,74 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+# Values are checked where they enter (inputs, writes, inbox payloads, trace data) by walking
+# them, not by encoding them: a 1 MB string is one type test instead of 1 MB of throwaway JSON.
+JSON_SCALARS: frozenset[type] = frozenset({str, int, bool, type(None)})
+_MAX_DEPTH = 400  # deeper is refused, which also ends a walk round a circular reference
+
+
+def json_problem(value: Any) -> str | None:
+    """Why a value is not plain JSON data (where, and what is wrong), or None when it is.
+
+    Plain JSON data round-trips through a checkpoint unchanged: strings, integers, finite
+    floats, booleans, None, lists (tuples come back as lists) and dicts with string keys.
+    """
+    if type(value) in JSON_SCALARS:
+        return None
+    bad = _walk(value, 0)
+    if bad is None:
+        return None
+    path, reason = bad
+    path.reverse()
+    where = "".join(f"[{p!r}]" for p in path[:12]) + ("[...]" if len(path) > 12 else "")
+    return f"at value{where}: {reason}" if where else reason
+
+
+def _walk(value: Any, depth: int) -> tuple[list[Any], str] | None:
+    """(path from the innermost part outwards, reason) of the first non-JSON part, or None."""
+    kind = type(value)
+    if kind in JSON_SCALARS:
+        return None
+    if kind is float or (kind is not dict and isinstance(value, float)):
+        return None if value - value == 0.0 else ([], f"{value!r} is not a JSON number")
+    if depth >= _MAX_DEPTH:
+        return ([], f"nested deeper than {_MAX_DEPTH} levels (a circular reference?)")
+    if kind is list or kind is tuple or (kind is not dict and isinstance(value, list | tuple)):
+        for i, item in enumerate(value):
+            if type(item) in JSON_SCALARS:
+                continue
+            bad = _walk(item, depth + 1)
+            if bad is not None:
+                bad[0].append(i)
+                return bad
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if type(key) is not str and not isinstance(key, str):
+                return ([], f"key {key!r} ({type(key).__name__}) is not a string")
+            if type(item) in JSON_SCALARS:
+                continue
+            bad = _walk(item, depth + 1)
+            if bad is not None:
+                bad[0].append(key)
+                return bad
+        return None
+    if isinstance(value, str | int):  # subclasses; bool is an int
+        return None
+    return ([], f"type {kind.__name__} is not JSON data")
+
+
 def check_json(value: Any, what: str, step_id: str | None = None) -> None:
-    """Raise STATE_NOT_SERIALIZABLE unless the value is plain JSON data."""
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    """Raise STATE_NOT_SERIALIZABLE unless the value is plain JSON data (see json_problem)."""
+    if type(value) in JSON_SCALARS:
+        return
+    problem = json_problem(value)
+    if problem is not None:
         raise StateError(
-            f"{what} is not JSON-serialisable: {exc}",
+            f"{what} is not JSON-serialisable: {problem}",
             code="STATE_NOT_SERIALIZABLE",
             step_id=step_id,
-        ) from exc
+        )
 
 
 @dataclass
@@ -90,3 +149,43 @@ def apply_inputs(pipeline: Pipeline, inputs: Mapping[str, Any]) -> dict[str, Any
                 code="INPUT_TYPE",
             )
     return values
+
+
+def action_defaults(actions: Iterable[type[Action]]) -> dict[str, Any]:
+    """The state defaults the given actions declare (``Action.defaults``), checked once."""
+    out: dict[str, Any] = {}
+    owner: dict[str, str] = {}
+    for cls in actions:
+        for name, value in cls.defaults.items():
+            if not isinstance(name, str) or not re.fullmatch(VARIABLE_PATTERN, name):
+                raise ActionContractError(
+                    f"action {cls.name!r} declares a default for {name!r}, which is no "
+                    "variable name"
+                )
+            if name in ENGINE_OWNED:
+                raise ActionContractError(
+                    f"action {cls.name!r} declares a default for engine-owned {name!r}"
+                )
+            try:
+                text = json.dumps(value, allow_nan=False, sort_keys=True)
+            except (TypeError, ValueError) as exc:
+                raise ActionContractError(
+                    f"action {cls.name!r}: default of {name!r} is not JSON: {exc}"
+                ) from exc
+            if name in out:
+                # Two actions starting one variable differently: neither value may win silently.
+                if json.dumps(out[name], sort_keys=True) != text:
+                    raise ActionContractError(
+                        f"actions {owner[name]!r} and {cls.name!r} declare different defaults "
+                        f"for {name!r}: {out[name]!r} and {value!r}"
+                    )
+                continue
+            out[name], owner[name] = value, cls.name
+    return out
+
+
+def initial_variables(defaults: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """A new run's variables: fresh copies of the action defaults, then the inputs (inputs win)."""
+    # A JSON round trip copies: no run may share a default list with another.
+    seeded = {n: json.loads(json.dumps(v)) for n, v in defaults.items() if n not in inputs}
+    return {**seeded, **inputs}

@@ -7,69 +7,118 @@ catch starts from clean state (Amazon States Language semantics).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runtime.contract.action import ENGINE_OWNED
 from runtime.contract.message import Message
 from runtime.engine.inbox import Inbox
-from runtime.engine.state import RunState, check_json
+from runtime.engine.state import JSON_SCALARS, RunState, check_json
 from runtime.errors import StateError
 
 if TYPE_CHECKING:
     from runtime.engine.services import Services
     from runtime.engine.trace import Tracer
-    from runtime.format.pipeline import Pipeline, Step
+    from runtime.format.pipeline import Pipeline
 
 _MISSING: Any = ...
 _DELETED = object()
 
 
 class Context:
-    """One attempt of one step visit."""
+    """One attempt of one step visit.
+
+    The engine keeps one Context per run and resets it for each attempt (`begin`), so a
+    step costs no new object; an action must not keep its ctx after `run` returns.
+    """
+
+    __slots__ = (
+        "_counters",
+        "_deleted",
+        "_inbox",
+        "_no_messages",
+        "_sends",
+        "_state",
+        "_tracer",
+        "_writes",
+        "attempt",
+        "inputs",
+        "messages",
+        "pipeline",
+        "read",
+        "run_id",
+        "sent",
+        "services",
+        "settings",
+        "step",
+        "step_id",
+    )
 
     def __init__(
         self,
         *,
         run_id: str,
-        step: Step,
         pipeline: Pipeline,
         state: RunState,
         inbox: Inbox,
-        messages: list[Message],
         services: Services,
         tracer: Tracer,
         inputs: Mapping[str, Any],
-        attempt: int,
     ) -> None:
         self.run_id = run_id
-        self.step_id = step.id
-        self.step = step.config
         self.settings: Mapping[str, Any] = pipeline.settings
         self.inputs = inputs
         self.pipeline = pipeline
-        self.messages = messages
         self.services = services
-        self.attempt = attempt
         self._state = state
         self._inbox = inbox
         self._tracer = tracer
         self._writes: dict[str, Any] = {}
         self._sends: list[tuple[str, str, dict[str, Any], int]] = []
         self._counters: dict[str, int] = {}
-        self._events: list[tuple[str, dict[str, Any]]] = []
+        self._deleted = False
+        self._no_messages: list[Message] = []
         self.read: set[str] = set()
+        self.sent: Sequence[Message] = ()  # the messages the last commit enqueued
+        self.begin("", {}, [], 1)
+
+    def begin(
+        self, step_id: str, config: Mapping[str, Any], messages: list[Message], attempt: int
+    ) -> None:
+        """Start an attempt: nothing staged, nothing read."""
+        self.step_id = step_id
+        self.step = config
+        if not messages:  # one empty list serves every step without messages...
+            messages = self._no_messages
+            if messages:  # ...unless an action appended to it
+                messages = self._no_messages = []
+        self.messages = messages
+        self.attempt = attempt
+        # The containers are reused, emptied here: a failed attempt's staged changes never
+        # reach the next attempt or step (commit hands on copies, never the containers).
+        if self._writes:
+            self._writes.clear()
+            self._deleted = False
+        if self._sends:
+            self._sends.clear()
+        if self._counters:
+            self._counters.clear()
+        if self.read:
+            self.read.clear()
 
     # --- variables -----------------------------------------------------------
     def get(self, name: str, default: Any = _MISSING) -> Any:
         """Read a state variable; without a default a missing one raises VARIABLE_MISSING."""
         self.read.add(name)
-        if name in self._writes:
-            value = self._writes[name]
+        writes = self._writes
+        if writes and name in writes:
+            value = writes[name]
             if value is not _DELETED:
                 return value
-        elif name in self._state.variables:
-            return self._state.variables[name]
+        else:
+            value = self._state.variables.get(name, _MISSING)  # no JSON value is `...`
+            if value is not _MISSING:
+                return value
         if default is _MISSING:
             raise StateError(
                 f"step {self.step_id!r} reads variable {name!r}, which is not set",
@@ -92,7 +141,8 @@ class Context:
                 code="STATE_PROTECTED",
                 step_id=self.step_id,
             )
-        check_json(value, f"variable {name!r}", self.step_id)
+        if type(value) not in JSON_SCALARS:  # the message is built only for a value that fails
+            check_json(value, f"variable {name!r}", self.step_id)
         self._writes[name] = value
 
     def delete(self, name: str) -> None:
@@ -104,6 +154,7 @@ class Context:
                 step_id=self.step_id,
             )
         self._writes[name] = _DELETED
+        self._deleted = True
 
     # --- inbox ---------------------------------------------------------------
     def enqueue(self, target_step_id: str, topic: str, payload: Mapping[str, Any]) -> Message:
@@ -144,17 +195,32 @@ class Context:
         return value
 
     # --- engine side ---------------------------------------------------------
-    def commit(self) -> tuple[list[str], list[Message]]:
-        """Apply staged changes; return written names and sent messages."""
-        variables = self._state.variables
-        for name, value in self._writes.items():
-            if value is _DELETED:
-                variables.pop(name, None)
+    def commit(self) -> Collection[str]:
+        """Apply staged changes; return the written names, sorted (sent messages: `sent`)."""
+        writes = self._writes
+        if writes:
+            variables = self._state.variables
+            if self._deleted:
+                for name, value in writes.items():
+                    if value is _DELETED:
+                        variables.pop(name, None)
+                    else:
+                        variables[name] = value
             else:
-                variables[name] = value
-        self._state.counters.update(self._counters)
-        sent = [
-            self._inbox.enqueue(self.step_id, target, topic, payload, attempt)
-            for target, topic, payload, attempt in self._sends
-        ]
-        return sorted(self._writes), sent
+                variables.update(writes)
+            # One name needs no sorting and no list: the dict itself is handed on (emptied
+            # by the next begin(), after the engine has read it).
+            names: Collection[str] = writes if len(writes) == 1 else sorted(writes)
+        else:
+            names = ()
+        if self._counters:
+            self._state.counters.update(self._counters)
+        self.sent = (
+            [
+                self._inbox.enqueue(self.step_id, target, topic, payload, attempt)
+                for target, topic, payload, attempt in self._sends
+            ]
+            if self._sends
+            else ()
+        )
+        return names

@@ -1,9 +1,16 @@
 """The run store: runs, cheap per-step checkpoints and trace events in one SQLite file.
 
 WAL mode and `BEGIN IMMEDIATE` with a busy timeout let threads and processes share
-one file. A checkpoint rewrites only the variables whose JSON changed since the
-last checkpoint of that run (large context is not rewritten every step). The
-schema changes only through the ordered, named migrations below.
+one file. A checkpoint costs the same at any step of any run: it rewrites only the
+variables written since the last checkpoint (large context is not rewritten every
+step), appends the new steps and events, and updates two small rows; a run's inputs
+are written once, apart from the run row. The schema changes only through the
+ordered, named migrations below.
+
+Durability (per run, `settings.durability`, `--durability`): `normal` commits to the
+WAL without an fsync (a crash of the process loses nothing; a power cut or kernel
+crash may lose the last checkpoints, never the file's consistency); `full` fsyncs
+the WAL at every checkpoint.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from runtime.errors import RunError, StoreError
+from runtime.errors import RunError, StoreError, refuse_url
 
 DEFAULT_PATH = ".runtime/runs.db"
 
@@ -26,7 +33,10 @@ DEFAULT_PATH = ".runtime/runs.db"
 class RunStore(Protocol):
     """What the engine needs from a store (a Postgres store implements the same)."""
 
-    def create_run(self, run_id: str, pipeline: Any, inputs: dict[str, Any]) -> None:
+    # `durability` ("normal" or "full") is passed only when a run asks for one.
+    def create_run(
+        self, run_id: str, pipeline: Any, inputs: dict[str, Any], *, durability: str | None = None
+    ) -> None:
         """Record a new run."""
 
     def checkpoint(
@@ -38,16 +48,26 @@ class RunStore(Protocol):
         engine: dict[str, Any],
         events: list[dict[str, Any]],
         status: str,
+        changed: set[str] | None = None,
+        durability: str | None = None,
     ) -> None:
         """Persist state after a step."""
 
-    def finish(self, run_id: str, status: str, output: Any, error: dict[str, Any] | None) -> None:
+    def finish(
+        self,
+        run_id: str,
+        status: str,
+        output: Any,
+        error: dict[str, Any] | None,
+        *,
+        durability: str | None = None,
+    ) -> None:
         """Record the end of a run."""
 
     def load(self, run_id: str) -> dict[str, Any]:
         """The last checkpoint of a run."""
 
-    def set_status(self, run_id: str, status: str) -> None:
+    def set_status(self, run_id: str, status: str, *, durability: str | None = None) -> None:
         """Change a run's status."""
 
 
@@ -75,7 +95,57 @@ def _split(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
 
 
-MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [("m001_initial", _m1_initial)]
+def _m2_append_only(db: sqlite3.Connection) -> None:
+    """Inputs out of the run row, the step list into rows of its own (issue 14).
+
+    Every checkpoint updated the run row, which held the inputs (a 1 MB input was
+    rewritten each step), and rewrote the whole step list inside the engine record
+    (quadratic in the run's length). Existing runs are converted, so they resume.
+    """
+    db.execute("CREATE TABLE run_inputs (run_id TEXT PRIMARY KEY, inputs TEXT NOT NULL)")
+    db.execute("INSERT INTO run_inputs SELECT id, inputs FROM runs")
+    db.execute("ALTER TABLE runs DROP COLUMN inputs")
+    # The durability a run was started with (NULL: the store's default), kept for resume.
+    db.execute("ALTER TABLE runs ADD COLUMN durability TEXT")
+    db.execute(
+        "CREATE TABLE run_steps (run_id TEXT NOT NULL, n INTEGER NOT NULL, step_id TEXT NOT NULL,"
+        " PRIMARY KEY (run_id, n)) WITHOUT ROWID"
+    )
+    # A run's progress (steps, last update) moves to its checkpoint row, which a checkpoint
+    # writes anyway: one row updated per step instead of two.
+    db.execute("ALTER TABLE checkpoints ADD COLUMN steps INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE checkpoints ADD COLUMN updated_at REAL")
+    db.execute(
+        "UPDATE checkpoints SET steps = (SELECT steps FROM runs WHERE id = run_id),"
+        " updated_at = (SELECT updated_at FROM runs WHERE id = run_id)"
+    )
+    for run_id, text in db.execute("SELECT run_id, engine FROM checkpoints").fetchall():
+        engine = json.loads(text)
+        steps = engine.pop("step_trace", [])
+        db.executemany(
+            "INSERT INTO run_steps VALUES (?, ?, ?)",
+            [(run_id, n, step) for n, step in enumerate(steps)],
+        )
+        db.execute(
+            "UPDATE checkpoints SET engine = ? WHERE run_id = ?", (json.dumps(engine), run_id)
+        )
+
+
+MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
+    ("m001_initial", _m1_initial),
+    ("m002_append_only", _m2_append_only),
+]
+DURABILITY = {"normal": "NORMAL", "full": "FULL"}  # -> PRAGMA synchronous
+
+
+class _RunMemo:
+    """What a store remembers of a run between checkpoints: stored hashes, stored steps."""
+
+    __slots__ = ("hashes", "steps")
+
+    def __init__(self, hashes: dict[str, str] | None = None, steps: int = 0) -> None:
+        self.hashes = hashes if hashes is not None else {}
+        self.steps = steps
 
 
 def default_path() -> str:
@@ -86,11 +156,28 @@ def default_path() -> str:
 class SqliteRunStore:
     """The default run store."""
 
-    def __init__(self, path: str | None = None) -> None:
-        self.path = str(Path(path or default_path()))
+    def __init__(
+        self, path: str | None = None, *, create: bool = True, durability: str = "normal"
+    ) -> None:
+        """Open the store; with create=False (the reading commands) a missing file is refused.
+
+        `durability` applies to runs that do not choose their own (see the module doc).
+        """
+        if durability not in DURABILITY:
+            raise StoreError(
+                f"durability must be one of {', '.join(DURABILITY)}, got {durability!r}",
+                code="DURABILITY_UNKNOWN",
+            )
+        self.durability = durability
+        raw = path or default_path()
+        refuse_url(raw, "run store")
+        self.path = str(Path(raw))
+        if not create and not Path(self.path).is_file():
+            # A mistyped --store must not answer "no runs" from a new empty file.
+            raise StoreError(f"no run store at {self.path}", code="STORE_NOT_FOUND")
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._hashes: dict[str, dict[str, str]] = {}  # run -> var -> hash of the stored JSON
+        self._runs: dict[str, _RunMemo] = {}
         self._lock = threading.Lock()
         self._tx(self._migrate)
 
@@ -102,16 +189,26 @@ class SqliteRunStore:
                     self.path, timeout=30, isolation_level=None, check_same_thread=False
                 )
                 conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute(f"PRAGMA synchronous={DURABILITY[self.durability]}")
                 conn.execute("PRAGMA busy_timeout=30000")
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot open run store {self.path}: {exc}") from exc
             self._local.conn = conn
+            self._local.durability = self.durability
         return conn
 
-    def _tx(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+    def _tx(self, fn: Callable[[sqlite3.Connection], Any], durability: str | None = None) -> Any:
         """Run fn in an IMMEDIATE transaction, retrying while another writer holds the lock."""
         conn = self._conn()
+        wanted = durability or self.durability
+        if wanted != self._local.durability:  # per connection, and only between transactions
+            if wanted not in DURABILITY:
+                raise StoreError(
+                    f"durability must be one of {', '.join(DURABILITY)}, got {wanted!r}",
+                    code="DURABILITY_UNKNOWN",
+                )
+            conn.execute(f"PRAGMA synchronous={DURABILITY[wanted]}")
+            self._local.durability = wanted
         delay = 0.005
         for _ in range(200):
             try:
@@ -141,15 +238,22 @@ class SqliteRunStore:
                 db.execute("INSERT INTO migrations VALUES (?, ?)", (name, time.time()))
 
     # --- engine side -----------------------------------------------------------
-    def create_run(self, run_id: str, pipeline: Any, inputs: dict[str, Any]) -> None:
-        """Record a new run (a duplicate id is an error)."""
+    def create_run(
+        self,
+        run_id: str,
+        pipeline: Any,
+        inputs: dict[str, Any],
+        *,
+        durability: str | None = None,
+    ) -> None:
+        """Record a new run (a duplicate id is an error); its inputs are stored once."""
         now = time.time()
 
         def fn(db: sqlite3.Connection) -> None:
             try:
                 db.execute(
                     "INSERT INTO runs (id, pipeline, file, content_hash, status, created_at,"
-                    " updated_at, inputs) VALUES (?, ?, ?, ?, 'running', ?, ?, ?)",
+                    " updated_at, durability) VALUES (?, ?, ?, ?, 'running', ?, ?, ?)",
                     (
                         run_id,
                         pipeline.name,
@@ -157,15 +261,18 @@ class SqliteRunStore:
                         pipeline.content_hash,
                         now,
                         now,
-                        json.dumps(inputs),
+                        durability,
                     ),
                 )
             except sqlite3.IntegrityError as exc:
                 raise StoreError(f"run id {run_id!r} already exists") from exc
+            # Apart from the runs row, which every checkpoint updates: a 1 MB input is
+            # written here once, not again with every step.
+            db.execute("INSERT INTO run_inputs VALUES (?, ?)", (run_id, json.dumps(inputs)))
 
-        self._tx(fn)
+        self._tx(fn, durability)
         with self._lock:
-            self._hashes[run_id] = {}
+            self._runs[run_id] = _RunMemo()
 
     def checkpoint(
         self,
@@ -177,57 +284,75 @@ class SqliteRunStore:
         events: list[dict[str, Any]],
         status: str,
         changed: set[str] | None = None,
+        durability: str | None = None,
     ) -> None:
-        """Write changed variables, the engine part and new events in one transaction.
+        """Write changed variables, new steps, the engine part and new events in one transaction.
 
         `changed` names the variables written since the last checkpoint; the others are
         neither serialised nor rewritten, so a large unchanged context costs nothing.
+        `engine["step_trace"]` is appended: only the steps since the last checkpoint are
+        written, so a checkpoint costs the same at step 10 and at step 100,000.
         """
-        with self._lock:
-            known = self._hashes.setdefault(run_id, {})
-        changed_rows: list[tuple[str, str, str, str]] = []
-        current: dict[str, str] = {}
-        for name, value in variables.items():
-            if changed is not None and name not in changed and name in known:
-                current[name] = known[name]
+        memo = self._memo(run_id)
+        known = memo.hashes
+        rows: list[tuple[str, str, str, str]] = []
+        removed: list[tuple[str, str]] = []
+        names = variables.keys() if changed is None else changed
+        for name in names:
+            if name not in variables:
+                if name in known:
+                    removed.append((run_id, name))
                 continue
-            text = json.dumps(value, sort_keys=True)
+            text = json.dumps(variables[name], sort_keys=True)
             digest = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
-            current[name] = digest
             if known.get(name) != digest:
-                changed_rows.append((run_id, name, digest, text))
-        removed = [(run_id, n) for n in known if n not in current]
-        seq = events[-1]["seq"] if events else None
+                rows.append((run_id, name, digest, text))
+        if changed is None:  # a full pass also finds variables removed since the last one
+            removed.extend((run_id, n) for n in known if n not in variables)
+        trace = engine.get("step_trace", ())
+        new_steps = [(run_id, n, s) for n, s in enumerate(trace[memo.steps :], memo.steps)]
+        state = json.dumps({k: v for k, v in engine.items() if k != "step_trace"})
+        seq = events[-1]["seq"] if events else 0
+        data = [(run_id, e["seq"], e["type"], e.get("step_id"), json.dumps(e)) for e in events]
 
         def fn(db: sqlite3.Connection) -> None:
-            if changed_rows:
-                db.executemany("INSERT OR REPLACE INTO run_vars VALUES (?, ?, ?, ?)", changed_rows)
+            if rows:
+                db.executemany("INSERT OR REPLACE INTO run_vars VALUES (?, ?, ?, ?)", rows)
             if removed:
                 db.executemany("DELETE FROM run_vars WHERE run_id = ? AND name = ?", removed)
+            if new_steps:
+                db.executemany("INSERT OR REPLACE INTO run_steps VALUES (?, ?, ?)", new_steps)
             db.execute(
-                "INSERT INTO checkpoints VALUES (?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE"
+                "INSERT INTO checkpoints (run_id, position, engine, event_seq, steps, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE"
                 " SET position = excluded.position, engine = excluded.engine,"
-                " event_seq = max(event_seq, excluded.event_seq)",
-                (run_id, position, json.dumps(engine), seq or 0),
+                " event_seq = max(event_seq, excluded.event_seq), steps = excluded.steps,"
+                " updated_at = excluded.updated_at",
+                (run_id, position, state, seq, engine.get("step_count", 0), time.time()),
             )
-            if events:
-                db.executemany(
-                    "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
-                    [
-                        (run_id, e["seq"], e["type"], e.get("step_id"), json.dumps(e))
-                        for e in events
-                    ],
-                )
-            db.execute(
-                "UPDATE runs SET status = ?, updated_at = ?, steps = ? WHERE id = ?",
-                (status, time.time(), engine.get("step_count", 0), run_id),
-            )
+            if data:
+                db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", data)
+            if status != "running":  # a running run's row already says so (set_status)
+                db.execute("UPDATE runs SET status = ? WHERE id = ?", (status, run_id))
 
-        self._tx(fn)
+        self._tx(fn, durability)
+        # Only after the commit: a failed transaction leaves the memo as the store is.
         with self._lock:
-            self._hashes[run_id] = current
+            for _, name, digest, _ in rows:
+                known[name] = digest
+            for _, name in removed:
+                known.pop(name, None)
+            memo.steps = max(memo.steps, len(trace))
 
-    def finish(self, run_id: str, status: str, output: Any, error: dict[str, Any] | None) -> None:
+    def finish(
+        self,
+        run_id: str,
+        status: str,
+        output: Any,
+        error: dict[str, Any] | None,
+        *,
+        durability: str | None = None,
+    ) -> None:
         """Record the end of a run."""
         self._tx(
             lambda db: db.execute(
@@ -239,48 +364,71 @@ class SqliteRunStore:
                     time.time(),
                     run_id,
                 ),
-            )
+            ),
+            durability,
         )
 
-    def set_status(self, run_id: str, status: str) -> None:
+    def set_status(self, run_id: str, status: str, *, durability: str | None = None) -> None:
         """Change a run's status."""
         self._tx(
             lambda db: db.execute(
                 "UPDATE runs SET status = ?, updated_at = ? WHERE id = ?",
                 (status, time.time(), run_id),
-            )
+            ),
+            durability,
         )
+
+    def _memo(self, run_id: str) -> _RunMemo:
+        """What this store knows of a run it did not create or load: read from the file."""
+        with self._lock:
+            memo = self._runs.get(run_id)
+        if memo is None:
+            db = self._conn()
+            memo = _RunMemo(
+                dict(db.execute("SELECT name, hash FROM run_vars WHERE run_id = ?", (run_id,))),
+                db.execute("SELECT count(*) FROM run_steps WHERE run_id = ?", (run_id,)).fetchone()[
+                    0
+                ],
+            )
+            with self._lock:
+                self._runs[run_id] = memo
+        return memo
 
     def load(self, run_id: str) -> dict[str, Any]:
         """The run row, its variables and its last checkpoint."""
         db = self._conn()
         row = db.execute(
-            "SELECT status, content_hash, inputs FROM runs WHERE id = ?", (run_id,)
+            "SELECT r.status, r.content_hash, i.inputs, r.durability FROM runs r"
+            " LEFT JOIN run_inputs i ON i.run_id = r.id WHERE r.id = ?",
+            (run_id,),
         ).fetchone()
         if row is None:
             raise RunError(f"no run {run_id!r} in {self.path}", code="RUN_NOT_FOUND")
         cp = db.execute(
             "SELECT position, engine, event_seq FROM checkpoints WHERE run_id = ?", (run_id,)
         ).fetchone()
-        variables = {
-            n: json.loads(v)
-            for n, v in db.execute(
-                "SELECT name, value FROM run_vars WHERE run_id = ? ORDER BY rowid", (run_id,)
+        variables: dict[str, Any] = {}
+        hashes: dict[str, str] = {}
+        for name, digest, value in db.execute(
+            "SELECT name, hash, value FROM run_vars WHERE run_id = ? ORDER BY rowid", (run_id,)
+        ):
+            variables[name] = json.loads(value)
+            hashes[name] = digest
+        steps = [
+            s
+            for (s,) in db.execute(
+                "SELECT step_id FROM run_steps WHERE run_id = ? ORDER BY n", (run_id,)
             )
-        }
+        ]
         with self._lock:
-            self._hashes[run_id] = {
-                n: h
-                for n, h in db.execute(
-                    "SELECT name, hash FROM run_vars WHERE run_id = ?", (run_id,)
-                )
-            }
+            self._runs[run_id] = _RunMemo(hashes, len(steps))
+        inputs = json.loads(row[2]) if row[2] is not None else {}
         if cp is None:  # crashed before the first checkpoint: start over from the entry
-            inputs = json.loads(row[2])
             return {
                 "status": row[0],
                 "content_hash": row[1],
                 "inputs": inputs,
+                "durability": row[3],
                 "variables": dict(inputs),
                 "engine": {},
                 "position": None,
@@ -290,9 +438,10 @@ class SqliteRunStore:
         return {
             "status": row[0],
             "content_hash": row[1],
-            "inputs": json.loads(row[2]),
+            "inputs": inputs,
+            "durability": row[3],
             "variables": variables,
-            "engine": json.loads(cp[1]),
+            "engine": {**json.loads(cp[1]), "step_trace": steps},
             "position": cp[0],
             "event_seq": cp[2],
             "fresh": False,
@@ -306,15 +455,26 @@ class SqliteRunStore:
             raise RunError(f"no run {run_id!r} in {self.path}", code="RUN_NOT_FOUND")
         return str(row[0])
 
-    def runs(self, limit: int = 50) -> list[dict[str, Any]]:
-        """Recent runs, newest first."""
+    def runs(
+        self, limit: int = 50, *, status: str | None = None, pipeline: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Recent runs, newest first; only those with this status and pipeline name when given."""
+        where, args = [], []
+        for column, value in (("status", status), ("pipeline", pipeline)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        # steps and the last update come from the checkpoint row when there is one
+        sql = (
+            "SELECT id, pipeline, status, created_at, max(r.updated_at, coalesce(c.updated_at,"
+            " 0)), coalesce(c.steps, r.steps), error FROM runs r"
+            " LEFT JOIN checkpoints c ON c.run_id = r.id "
+        )
+        if where:
+            sql += "WHERE " + " AND ".join(where) + " "
         rows = (
             self._conn()
-            .execute(
-                "SELECT id, pipeline, status, created_at, updated_at, steps, error FROM runs "
-                "ORDER BY created_at DESC LIMIT ?",
-                (limit,),
-            )
+            .execute(sql + "ORDER BY created_at DESC LIMIT ?", (*args, limit))
             .fetchall()
         )
         return [
@@ -332,10 +492,11 @@ class SqliteRunStore:
         ]
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
-        """A run's trace events in order."""
+        """A run's trace events in order, each naming its run (`run_id`)."""
         self.load(run_id)  # RUN_NOT_FOUND for unknown ids
+        # Events stored before they carried run_id get it here, so every reader sees one shape.
         return [
-            json.loads(d)
+            {"run_id": run_id, **json.loads(d)}
             for (d,) in self._conn().execute(
                 "SELECT data FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
             )

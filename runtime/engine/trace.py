@@ -2,6 +2,10 @@
 
 Timing lives only in `ts` and `duration_ms`, so two runs with the same inputs and
 cassette give the same events once those keys are dropped (`without_timing`).
+
+`ts` is wall-clock time in seconds since the epoch, read once when the tracer starts (a run
+or a resume) and advanced by the monotonic clock: one cheap clock read per event, and the
+timestamps of a run never go backwards even when the system clock is set back.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 TIMING_KEYS = ("ts", "duration_ms", "latency_ms")
+_clock = time.perf_counter
 
 
 class Tracer:
@@ -24,21 +29,58 @@ class Tracer:
         self.seq = seq
         self.pending: list[dict[str, Any]] = []
         self.listeners = list(listeners)
+        self._offset = time.time() - _clock()  # wall clock = monotonic clock + offset
 
     def emit(self, type_: str, step_id: str | None = None, **data: Any) -> dict[str, Any]:
         """Record one event."""
         self.seq += 1
         event = {
+            "run_id": self.run_id,  # listeners shared by concurrent runs tell them apart
             "seq": self.seq,
             "type": type_,
             "step_id": step_id,
-            "ts": round(time.time(), 6),
+            "ts": self._offset + _clock(),
             **data,
         }
         self.pending.append(event)
-        for listener in self.listeners:
-            listener(event)
+        if self.listeners:
+            for listener in self.listeners:
+                listener(event)
         return event
+
+    def step(
+        self,
+        step_id: str,
+        action: str,
+        outcome: str,
+        nxt: str | None,
+        attempt: int,
+        started: float,
+        read: list[str],
+        wrote: dict[str, Any],
+    ) -> None:
+        """Record the STEP event of a visit that started at `started` (perf_counter)."""
+        # The engine's hot path: one clock read gives both the timestamp and the duration.
+        now = _clock()
+        self.seq += 1
+        event = {
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "type": "STEP",
+            "step_id": step_id,
+            "ts": self._offset + now,
+            "action": action,
+            "outcome": outcome,
+            "next": nxt,
+            "attempt": attempt,
+            "duration_ms": int((now - started) * 1e6) / 1000,  # microsecond resolution
+            "read": read,
+            "wrote": wrote,
+        }
+        self.pending.append(event)
+        if self.listeners:
+            for listener in self.listeners:
+                listener(event)
 
     def drain(self) -> list[dict[str, Any]]:
         """Events not yet written to the store."""
@@ -46,8 +88,14 @@ class Tracer:
         return out
 
 
+_SCALAR_NAMES = {int: "int", bool: "bool", float: "float", type(None): "NoneType"}
+
+
 def summarize(value: Any) -> dict[str, Any]:
     """A short description of a variable for the trace (type and size, not the value)."""
+    scalar = _SCALAR_NAMES.get(type(value))  # the common case first: one lookup
+    if scalar is not None:
+        return {"type": scalar, "value": value}
     if isinstance(value, str):
         return {"type": "str", "chars": len(value)}
     if isinstance(value, list | dict):
@@ -65,11 +113,15 @@ def to_jsonl(events: Iterable[dict[str, Any]]) -> str:
     return "".join(json.dumps(e, sort_keys=True) + "\n" for e in events)
 
 
-def render_text(events: Iterable[dict[str, Any]]) -> str:
-    """A readable listing of events."""
+# Keys shown in the columns, or (run_id) the same on every line of one run's listing.
+_LISTED = ("run_id", "seq", "type", "step_id", "ts")
+
+
+def render_text(events: Iterable[dict[str, Any]], *, width: int | None = 80) -> str:
+    """A readable listing of events; each value cut to `width` characters (None: whole)."""
     lines = []
     for e in events:
-        extra = {k: v for k, v in e.items() if k not in ("seq", "type", "step_id", "ts")}
-        detail = " ".join(f"{k}={json.dumps(v)[:80]}" for k, v in extra.items())
+        extra = {k: v for k, v in e.items() if k not in _LISTED}
+        detail = " ".join(f"{k}={json.dumps(v)[:width]}" for k, v in extra.items())
         lines.append(f"{e['seq']:>5} {e['type']:<24} {e.get('step_id') or '-':<22} {detail}")
     return "\n".join(lines)

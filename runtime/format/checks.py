@@ -8,11 +8,13 @@ about files, YAML or output formats.
 from __future__ import annotations
 
 import difflib
+import re
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runtime import codes
 from runtime.contract.action import Action, Transition
 from runtime.contract.registry import Registry
 from runtime.format.source import PathT
@@ -47,11 +49,17 @@ class Graph:
     ids: list[str]
     edges: dict[str, list[tuple[Transition, PathT]]]
     pos: dict[str, int]
-    unknown: set[str]  # steps whose action is not registered (already reported)
+    unknown: set[str]  # steps not judged on flow: unknown action, or a value failed the schema
 
     @classmethod
-    def build(cls, steps: Sequence[Step], registry: Registry) -> Graph:
-        """Collect transitions of every step through its action's `targets`."""
+    def build(
+        cls, steps: Sequence[Step], registry: Registry, doubtful: frozenset[int] = frozenset()
+    ) -> Graph:
+        """Collect transitions of every step through its action's `targets`.
+
+        `doubtful`: indices of steps with a value that failed the schema (and was left
+        out); like steps of unknown actions they may end, so no flow error cascades.
+        """
         ids: list[str] = []
         actions: dict[str, type[Action] | None] = {}
         edges: dict[str, list[tuple[Transition, PathT]]] = {}
@@ -76,6 +84,8 @@ class Graph:
                 ]
             else:
                 found = list(action.targets(step))
+                if i in doubtful:
+                    unknown.add(sid)
             edges[sid] = [(t, ("steps", i, *t.path)) for t in found]
         return cls(list(steps), actions, ids, edges, pos, unknown)
 
@@ -303,11 +313,48 @@ def check_inputs(inputs: Any, engine_owned: frozenset[str]) -> Iterator[Finding]
             )
 
 
+_CODE_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")  # the schema reports other spellings
+
+
+def check_error_codes(steps: Sequence[Step]) -> Iterator[Finding]:
+    """`catch` keys and `retry.on` entries name codes of the (closed) code table, or ALL."""
+    live = [c.name for c in codes.CODES.values() if not c.removed]
+
+    def problem(code: Any, what: str, path: PathT, key: bool) -> Finding | None:
+        if not isinstance(code, str) or code == "ALL" or not _CODE_NAME.match(code):
+            return None
+        known = codes.CODES.get(code)
+        if known is not None and not known.removed:
+            return None
+        why = "was removed and is never raised" if known else "is not an error code"
+        return Finding(
+            "ERROR_CODE_UNKNOWN",
+            f"{what} {code!r}, which {why}",
+            path,
+            hint=did_you_mean(code, [*live, "ALL"]),
+            key=key,
+        )
+
+    for i, step in enumerate(steps):
+        sid = step.get("id")
+        catch = step.get("catch")
+        for code in catch if isinstance(catch, Mapping) else ():
+            found = problem(code, f"step {sid!r} catches", ("steps", i, "catch", code), True)
+            if found:
+                yield found
+        retry = step.get("retry")
+        on = retry.get("on") if isinstance(retry, Mapping) else None
+        for j, code in enumerate(on if isinstance(on, list) else ()):
+            found = problem(code, f"step {sid!r} retries on", ("steps", i, "retry", "on", j), False)
+            if found:
+                yield found
+
+
 def check_settings_refs(
     steps: Sequence[Step], settings: Mapping[str, Any], registry: Registry
 ) -> Iterator[Finding]:
     """`*_from_settings` fields name an existing setting of the right type."""
-    import jsonschema
+    from runtime.format.fastcheck import compile_check
 
     for i, step in enumerate(steps):
         action = registry.get(str(step.get("action")))
@@ -326,6 +373,11 @@ def check_settings_refs(
             target = field[: -len("_from_settings")]
             schema = action.fields.get(target) if action else None
             if schema:
+                fast = compile_check(schema)
+                if fast is not None and fast(settings[value]):
+                    continue  # valid: jsonschema (and its import) only to say what is wrong
+                import jsonschema
+
                 validator = jsonschema.Draft202012Validator(schema)
                 error = next(iter(validator.iter_errors(settings[value])), None)
                 if error is not None:
@@ -349,16 +401,49 @@ def check_actions(
             yield Finding(p.code, p.message, ("steps", i, *p.path), p.hint, p.severity, p.key)
 
 
-def run_all(
+def check_unused_settings(
     steps: Sequence[Step], settings: Mapping[str, Any], registry: Registry
 ) -> Iterator[Finding]:
-    """Every graph and semantic check."""
-    graph = Graph.build(steps, registry)
+    """Settings nothing reads: no known setting, no `*_from_settings` target, no action's."""
+    from runtime.format.compat import OLDER_SETTINGS
+    from runtime.format.schema import SETTINGS_SCHEMA
+
+    read = set(SETTINGS_SCHEMA["properties"])
+    for step in steps:
+        action = registry.get(str(step.get("action")))
+        if action is not None:
+            read.update(action.reads_settings)
+        read.update(
+            v for k, v in step.items() if k.endswith("_from_settings") and isinstance(v, str)
+        )
+    for key in settings:
+        if isinstance(key, str) and key not in read:
+            what = f" ({OLDER_SETTINGS[key]})" if key in OLDER_SETTINGS else ""
+            yield Finding(
+                "SETTING_UNUSED",
+                f"setting {key!r}{what} is read by nothing in this pipeline",
+                ("settings", key),
+                hint=did_you_mean(key, sorted(read)) or "remove it, or read it with a field",
+                severity="warning",
+                key=True,
+            )
+
+
+def run_all(
+    steps: Sequence[Step],
+    settings: Mapping[str, Any],
+    registry: Registry,
+    doubtful: frozenset[int] = frozenset(),
+) -> Iterator[Finding]:
+    """Every graph and semantic check (`doubtful`: see `Graph.build`)."""
+    graph = Graph.build(steps, registry, doubtful)
     yield from check_ids(steps)
     yield from check_entry(graph, settings)
     yield from check_targets(graph)
     yield from check_inbox_targets(graph)
     yield from check_flow(graph, settings)
     yield from check_cycles(graph, settings)
+    yield from check_error_codes(steps)
     yield from check_settings_refs(steps, settings, registry)
     yield from check_actions(steps, settings, registry)
+    yield from check_unused_settings(steps, settings, registry)

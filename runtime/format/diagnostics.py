@@ -7,12 +7,15 @@ checks that produced them.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import quote
 
 from runtime import codes
+from runtime.format.files import read_bounded
 
 SEVERITIES = ("error", "warning")
 
@@ -60,10 +63,9 @@ def counts(diagnostics: Sequence[Diagnostic]) -> tuple[int, int]:
 
 def _source_line(file: str, line: int, cache: dict[str, list[str]]) -> str | None:
     if file not in cache:
-        try:
-            cache[file] = Path(file).read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            cache[file] = []
+        # Bounded: the file of a diagnostic may be /dev/zero or a 300 MB file (refused on load).
+        raw, _problem = read_bounded(file)
+        cache[file] = raw.decode("utf-8", errors="replace").splitlines() if raw else []
     lines = cache[file]
     return lines[line - 1] if 0 < line <= len(lines) else None
 
@@ -135,19 +137,57 @@ def render_github(diagnostics: Sequence[Diagnostic]) -> str:
 # --- SARIF 2.1.0 ----------------------------------------------------------------
 
 
-def render_sarif(diagnostics: Sequence[Diagnostic], *, version: str = "0") -> str:
-    """A SARIF 2.1.0 log with one run; rules come from the code table."""
+SRCROOT = "%SRCROOT%"
+
+
+def _sarif_rule(name: str) -> dict[str, Any]:
+    """A reportingDescriptor filled from the code table: descriptions, help, category tag."""
+    entry = codes.CODES.get(name)
+    if entry is None:  # not in the table (a plugin's code): say only what is known
+        return {"id": name, "shortDescription": {"text": name}}
+    explain = f"`runtime explain {name}` prints this entry; docs/errors.md lists every code."
+    help_text = f"{entry.hint} {explain}" if entry.hint else explain
+    full = f"{entry.summary} {entry.hint}" if entry.hint else entry.summary
+    return {
+        "id": name,
+        "name": "".join(part.capitalize() for part in name.split("_")),
+        "shortDescription": {"text": entry.summary},
+        "fullDescription": {"text": full},
+        "help": {
+            "text": help_text,
+            "markdown": f"**{name}** ({entry.category}): {entry.summary}\n\n{help_text}",
+        },
+        "properties": {"tags": [entry.category]},
+    }
+
+
+def sarif_location(file: str, base_dir: str | None = None) -> dict[str, str]:
+    """An artifactLocation: a URI relative to %SRCROOT% (the working directory) or a file URI.
+
+    A path inside base_dir becomes a percent-encoded relative reference with
+    `uriBaseId`; a path outside it (absolute, or climbing out with `../`) becomes an
+    absolute `file://` URI, as a raw path is not a URI.
+    """
+    base = Path(os.path.abspath(base_dir or os.getcwd()))
+    full = Path(os.path.normpath(base / file))  # an absolute file stays as it is
+    try:
+        rel = full.relative_to(base)
+    except ValueError:
+        return {"uri": full.as_uri()}
+    return {"uri": quote(PurePosixPath(*rel.parts).as_posix()), "uriBaseId": SRCROOT}
+
+
+def render_sarif(
+    diagnostics: Sequence[Diagnostic], *, version: str = "0", base_dir: str | None = None
+) -> str:
+    """A SARIF 2.1.0 log with one run; rules come from the code table.
+
+    Files are located relative to base_dir (default: the working directory) under
+    `%SRCROOT%`; the base's own absolute URI is left out (`originalUriBaseIds` is
+    optional), so the log is the same on every machine and names no local folder.
+    """
     used = sorted({d.code for d in diagnostics})
-    rules = []
-    for name in used:
-        entry = codes.CODES.get(name)
-        rule: dict[str, Any] = {
-            "id": name,
-            "shortDescription": {"text": entry.summary if entry else name},
-        }
-        if entry and entry.hint:
-            rule["help"] = {"text": entry.hint}
-        rules.append(rule)
+    rules = [_sarif_rule(name) for name in used]
     index = {name: i for i, name in enumerate(used)}
     results = []
     for d in diagnostics:
@@ -166,7 +206,7 @@ def render_sarif(diagnostics: Sequence[Diagnostic], *, version: str = "0") -> st
                 "locations": [
                     {
                         "physicalLocation": {
-                            "artifactLocation": {"uri": Path(d.file).as_posix()},
+                            "artifactLocation": sarif_location(d.file, base_dir),
                             "region": region,
                         },
                         "logicalLocations": [{"fullyQualifiedName": d.path}],

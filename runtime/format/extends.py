@@ -137,6 +137,11 @@ def resolve(
         return doc.data, [
             _diag("FILE_NOT_FOUND", f"extends names a missing file: {file_part}", loc, path)
         ]
+    unreadable = next((d for d in problems if d.code == "FILE_UNREADABLE"), None)
+    if unreadable is not None:  # at the extends line: the named file may not even exist
+        return doc.data, [
+            _diag("FILE_UNREADABLE", f"extends names {file_part}: {unreadable.message}", loc, path)
+        ]
     if name:
         matches = [d for d in docs if d.name == name]
         if not matches:

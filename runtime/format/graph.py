@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
+import re
+
 from runtime.contract.registry import Registry
 from runtime.format.checks import Graph
 from runtime.format.pipeline import Pipeline
+
+# Mermaid reads `#name;` and `#NNN;` entity codes inside labels; every character that
+# could end a label, open markup or start an entity is written as a code, so a route
+# key such as `say "hi"` or `<img src=x>` is shown as text, never parsed or rendered.
+_PLAIN = re.compile(r"[A-Za-z0-9_ ]+")  # an edge label written as it is
+_MERMAID_CODES = {'"': "#quot;", "#": "#35;", "<": "#lt;", ">": "#gt;", "&": "#amp;"}
+
+
+def mermaid_text(text: str) -> str:
+    """Text for inside a quoted Mermaid label: quotes, markup and entities as codes."""
+    out = "".join(_MERMAID_CODES.get(ch, ch) for ch in text)
+    return out.replace("\r", " ").replace("\n", " ")
+
+
+def dot_string(text: str) -> str:
+    """A Graphviz double-quoted string: backslashes and quotes escaped, newlines as \\n."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("\r", "").replace("\n", "\\n") + '"'
 
 
 def _edges(pipeline: Pipeline, registry: Registry) -> list[tuple[str, str, str]]:
@@ -14,7 +34,7 @@ def _edges(pipeline: Pipeline, registry: Registry) -> list[tuple[str, str, str]]
 
 def _node_label(pipeline: Pipeline, sid: str) -> str:
     step = pipeline.step(sid)
-    return f"{sid}<br/><i>{step.action}</i>"
+    return f"{mermaid_text(sid)}<br/><i>{mermaid_text(step.action)}</i>"
 
 
 def to_mermaid(pipeline: Pipeline, registry: Registry) -> str:
@@ -22,7 +42,7 @@ def to_mermaid(pipeline: Pipeline, registry: Registry) -> str:
     lines = ["flowchart TD", "  __start__((start))"]
     ids = {s.id: f"s{i}" for i, s in enumerate(pipeline.steps)}
     for step in pipeline.steps:
-        label = _node_label(pipeline, step.id).replace('"', "'")
+        label = _node_label(pipeline, step.id)
         cls = registry.get(step.action)
         if step.end or (cls is not None and cls.terminal):
             lines.append(f'  {ids[step.id]}(["{label}"])')
@@ -36,14 +56,23 @@ def to_mermaid(pipeline: Pipeline, registry: Registry) -> str:
         if dst not in ids:
             continue
         arrow = "-.->" if label.startswith("catch ") else "-->"
-        text = "" if label == "next" else f"|{label.replace('|', '/')}|"
+        if label == "next":
+            text = ""
+        elif _PLAIN.fullmatch(label):
+            text = f"|{label}|"
+        else:  # quoted, so `|`, `-->` or markup in a route key cannot end or break the edge
+            text = f'|"{mermaid_text(label)}"|'
         lines.append(f"  {ids[src]} {arrow}{text} {ids[dst]}")
     return "\n".join(lines)
 
 
 def to_dot(pipeline: Pipeline, registry: Registry) -> str:
     """A Graphviz digraph with the same information."""
-    lines = [f'digraph "{pipeline.name}" {{', "  rankdir=TB;", "  __start__ [shape=point];"]
+    lines = [
+        f"digraph {dot_string(pipeline.name)} {{",
+        "  rankdir=TB;",
+        "  __start__ [shape=point];",
+    ]
     for step in pipeline.steps:
         cls = registry.get(step.action)
         shape = "box"
@@ -51,14 +80,15 @@ def to_dot(pipeline: Pipeline, registry: Registry) -> str:
             shape = "doublecircle"
         elif cls is not None and cls.bounds_loops:
             shape = "hexagon"
-        lines.append(f'  "{step.id}" [shape={shape}, label="{step.id}\\n({step.action})"];')
+        label = dot_string(f"{step.id}\n({step.action})")
+        lines.append(f"  {dot_string(step.id)} [shape={shape}, label={label}];")
     if pipeline.has_step(pipeline.entry_step_id):
-        lines.append(f'  __start__ -> "{pipeline.entry_step_id}";')
+        lines.append(f"  __start__ -> {dot_string(pipeline.entry_step_id)};")
     for src, dst, label in _edges(pipeline, registry):
         if not pipeline.has_step(dst):
             continue
         style = ", style=dashed" if label.startswith("catch ") else ""
-        text = "" if label == "next" else label.replace('"', "'")
-        lines.append(f'  "{src}" -> "{dst}" [label="{text}"{style}];')
+        text = "" if label == "next" else label
+        lines.append(f"  {dot_string(src)} -> {dot_string(dst)} [label={dot_string(text)}{style}];")
     lines.append("}")
     return "\n".join(lines)

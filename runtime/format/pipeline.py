@@ -10,11 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.format.access import mapping
+from runtime.format.compat import prompts_folder
+from runtime.format.files import read_bounded
 
 if TYPE_CHECKING:
     from runtime.format.source import SourceMap
 
 DEFAULT_MAX_STEPS = 1000
+# Step fields that name a prompt file (under the pipeline's prompts folder).
+PROMPT_FIELDS = ("prompt_key", "translate_prompt_key")
 INPUT_TYPES = ("string", "integer", "number", "boolean", "array", "object", "any")
 
 
@@ -68,9 +72,42 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         self._by_id = {s.id: s for s in self.steps}
-        self.content_hash = hashlib.sha256(
+        self._yaml_hash = hashlib.sha256(
             json.dumps(self.raw, sort_keys=True, default=str).encode()
         ).hexdigest()
+
+    @property
+    def content_hash(self) -> str:
+        """What a resume compares: the pipeline and, read now, every prompt file it names.
+
+        A prompt edited between a crash and `resume` changes it (PIPELINE_CHANGED unless
+        forced). Read on each access, not cached: a Runner's later runs record the
+        prompts they start with. Without prompt fields it is the pipeline's hash alone,
+        as before, so runs stored by earlier versions still resume.
+        """
+        prompts = self.prompt_files()
+        if not prompts:
+            return self._yaml_hash
+        digest = hashlib.sha256(self._yaml_hash.encode())
+        for key, content in sorted(prompts.items()):
+            digest.update(json.dumps([key, content]).encode())
+        return digest.hexdigest()
+
+    def prompt_files(self) -> dict[str, str | None]:
+        """Each prompt key the steps name -> the SHA-256 of its file, or None when it is absent."""
+        out: dict[str, str | None] = {}
+        for step in self.steps:
+            for field_name in PROMPT_FIELDS:
+                key = step.config.get(field_name)
+                if not isinstance(key, str) or key in out:
+                    continue
+                path = self.prompt_path(key)
+                if path is None:
+                    out[key] = None
+                    continue
+                raw, problem = read_bounded(str(path))  # a prompt is no way to read /dev/zero
+                out[key] = hashlib.sha256(raw).hexdigest() if raw is not None else str(problem)
+        return out
 
     @property
     def entry_step_id(self) -> str:
@@ -92,9 +129,8 @@ class Pipeline:
 
     @property
     def prompts_dir(self) -> Path:
-        """Where prompt files live: settings.prompts_dir, else prompts/ beside the file."""
-        configured = self.settings.get("prompts_dir")
-        return self.base_dir / (configured if isinstance(configured, str) else "prompts")
+        """Where prompt files live: settings.prompts_dir or prompts/, found as in docs/format.md."""
+        return prompts_folder(self.base_dir, self.settings.get("prompts_dir"))
 
     def prompt_path(self, key: str) -> Path | None:
         """The file for a prompt key (`key`, `key.md` or `key.txt`), or None when absent."""
@@ -156,6 +192,8 @@ class Pipeline:
 
 def _plain(value: Any) -> Any:
     """Deep-copy into plain dict/list (drops source-position subclasses)."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value  # most values: no abstract-class check needed
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

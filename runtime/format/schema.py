@@ -13,6 +13,7 @@ from typing import Any
 
 from runtime.contract.action import STEP_ID_PATTERN, VARIABLE_PATTERN, Action
 from runtime.contract.registry import Registry
+from runtime.format.compat import UI_FIELDS
 from runtime.format.pipeline import INPUT_TYPES
 
 SCHEMA_ID = "https://step-runtime.dev/schemas/pipeline.schema.json"
@@ -60,7 +61,11 @@ COMMON_STEP_FIELDS: dict[str, Any] = {
         "propertyNames": {"pattern": "^[A-Z][A-Z0-9_]*$"},
         "additionalProperties": _step_ref,
     },
+    **UI_FIELDS,
 }
+
+# Not blank, no surrounding whitespace (runtime.retrieval.node.scope_value_problem).
+_SCOPE_NAME = r"^\S(.*\S)?$"
 
 SETTINGS_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -83,16 +88,59 @@ SETTINGS_SCHEMA: dict[str, Any] = {
             "description": "Global step limit of a run (default 1000).",
         },
         "top_k": {"type": "integer", "minimum": 1, "description": "Default search result count."},
+        "durability": {
+            "type": "string",
+            "enum": ["normal", "full"],
+            "description": "Checkpoint durability: normal (WAL, no fsync per checkpoint; "
+            "default) or full (fsync every checkpoint).",
+        },
         "tokenizer": {
             "type": "string",
             "enum": ["cl100k_base", "o200k_base"],
             "description": "Token encoding for budgets.",
         },
-        "prompts_dir": {"type": "string", "description": "Prompt folder relative to the file."},
+        "prompts_dir": {
+            "type": "string",
+            "description": "Prompt folder: beside the file, else the working directory, else a "
+            "folder above the file (docs/format.md).",
+        },
         "search_type": {"type": "string", "enum": ["bm25", "semantic", "hybrid"]},
-        "repository": {"type": "string"},
-        "snapshot": {"type": "string"},
-        "allowed_labels": {"type": "array", "items": {"type": "string"}},
+        "default_search_method": {
+            "type": "string",
+            "enum": ["bm25", "semantic", "hybrid"],
+            "description": "Older engine name: search_type auto falls back to it after search_type.",
+        },
+        "model_language": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Language the model works in (default en); neutral: never translate.",
+        },
+        "translator_model": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Named model (settings.models) the translate_* steps use.",
+        },
+        "plantuml_server": {
+            "type": "string",
+            "pattern": "^https?://",
+            "description": "PlantUML server for add_command_action's showDiagram links.",
+        },
+        # A pinned scope name is never blank: "" would mean every repository (SCOPE_INVALID).
+        "repository": {
+            "type": "string",
+            "pattern": _SCOPE_NAME,
+            "description": "Pins the repository; inputs may only repeat it.",
+        },
+        "snapshot": {
+            "type": "string",
+            "pattern": _SCOPE_NAME,
+            "description": "Pins the snapshot; inputs may only repeat it.",
+        },
+        "allowed_labels": {
+            "type": "array",
+            "items": {"type": "string", "pattern": _SCOPE_NAME},
+            "description": "Pins the labels a run may see; inputs may only narrow them.",
+        },
         "default_model": {"type": "string"},
         "models": {
             "type": "object",
@@ -108,6 +156,7 @@ SETTINGS_SCHEMA: dict[str, Any] = {
                     "tokenizer": {"type": "string", "enum": ["cl100k_base", "o200k_base"]},
                     "timeout_seconds": {"type": "number", "exclusiveMinimum": 0},
                     "connect_timeout_seconds": {"type": "number", "exclusiveMinimum": 0},
+                    "deadline_seconds": {"type": "number", "exclusiveMinimum": 0},
                     "max_retries": {"type": "integer", "minimum": 0},
                     "cassette": {"type": "string"},
                     "headers": {"type": "object", "additionalProperties": {"type": "string"}},

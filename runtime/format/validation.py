@@ -18,11 +18,12 @@ from runtime.contract.registry import Registry, default_registry
 from runtime.errors import PipelineInvalidError, UsageError
 from runtime.format import checks
 from runtime.format.access import items, mapping
+from runtime.format.compat import NOT_YET_SUPPORTED, not_yet_supported_message
 from runtime.format.diagnostics import Diagnostic, sort_diagnostics
 from runtime.format.extends import FileCache, resolve
-from runtime.format.loader import BOOL_WORDS, BoolKey, PipelineDoc
+from runtime.format.loader import BOOL_WORDS, BoolKey, PipelineDoc, gc_paused, has_pipeline_root
 from runtime.format.pipeline import Pipeline
-from runtime.format.source import LMap, Location, PathT, SourceMap, json_path
+from runtime.format.source import LList, LMap, Location, PathT, SourceMap, json_path
 
 _RANGE = {
     "minimum",
@@ -57,6 +58,7 @@ class Report:
     files: list[str]
     diagnostics: list[Diagnostic]
     pipelines: list[Pipeline] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # no pipeline root (only_pipelines)
 
     @property
     def errors(self) -> int:
@@ -69,29 +71,63 @@ class Report:
         return sum(1 for d in self.diagnostics if d.severity == "warning")
 
 
+class _Schema:
+    """One schema: a fast yes/no check, and jsonschema (made on first need) for the errors."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        from runtime.format.fastcheck import compile_check
+
+        self.schema = schema
+        self.fast = compile_check(schema)
+        self._slow: Any = None
+
+    def valid(self, instance: Any) -> bool:
+        """True when the instance is valid; False when jsonschema must say why (or may)."""
+        return self.fast is not None and self.fast(instance)
+
+    def errors(self, instance: Any) -> Iterator[Any]:
+        """jsonschema's errors for the instance."""
+        if self._slow is None:
+            from jsonschema import Draft202012Validator
+
+            self._slow = Draft202012Validator(self.schema)
+        return iter(self._slow.iter_errors(instance))
+
+
 class _Validators:
-    """Compiled JSON Schema validators for one registry."""
+    """The schemas of one registry: the document's top level and one per action, made lazily.
+
+    A pipeline pays only for the actions it uses; a valid one is never walked by
+    jsonschema (see runtime/format/fastcheck.py).
+    """
 
     def __init__(self, registry: Registry) -> None:
-        from jsonschema import Draft202012Validator
+        from runtime.format.schema import INPUT_SCHEMA, PIPELINE_FIELDS, SETTINGS_SCHEMA
 
-        from runtime.format.schema import PIPELINE_FIELDS, action_def, document_schema
-
-        full = document_schema(registry)
+        self.registry = registry
+        self.names = frozenset(registry.names())
         shallow_props = dict(PIPELINE_FIELDS)
         shallow_props["steps"] = {"type": "array", "items": {"type": "object"}}
-        top = {
-            "type": "object",
-            "properties": shallow_props,
-            "additionalProperties": False,
-            "$defs": full["$defs"],
-        }
-        self.top = Draft202012Validator(top)
-        self.steps = {}
-        for name in registry.names():
-            cls = registry.get(name)
+        self.top = _Schema(
+            {
+                "type": "object",
+                "properties": shallow_props,
+                "additionalProperties": False,
+                "$defs": {"settings": SETTINGS_SCHEMA, "input": INPUT_SCHEMA},
+            }
+        )
+        self._steps: dict[str, _Schema] = {}
+
+    def step(self, name: str) -> _Schema:
+        """The schema of a registered action's steps."""
+        found = self._steps.get(name)
+        if found is None:
+            from runtime.format.schema import action_def
+
+            cls = self.registry.get(name)
             assert cls is not None
-            self.steps[name] = Draft202012Validator(action_def(cls))
+            found = self._steps[name] = _Schema(action_def(cls))
+        return found
 
 
 _validator_cache: weakref.WeakKeyDictionary[Registry, _Validators] = weakref.WeakKeyDictionary()
@@ -144,11 +180,23 @@ def _field_name(path: PathT) -> str:
 
 
 def _schema_errors(
-    validator: Any, instance: Any, prefix: PathT, pos: _Positioner, reported_keys: set[PathT]
+    schema: _Schema,
+    instance: Any,
+    prefix: PathT,
+    pos: _Positioner,
+    reported_keys: set[PathT],
+    failed: set[PathT],
 ) -> Iterator[Diagnostic]:
-    for e in validator.iter_errors(instance):
+    """Diagnostics for schema errors; the paths of the values that failed go into `failed`."""
+    if schema.valid(instance):
+        return
+    for e in schema.errors(instance):
         path: PathT = (*prefix, *e.absolute_path)
         kind = e.validator
+        if "propertyNames" in e.schema_path:
+            failed.add((*path, e.instance))  # the key failed, not the mapping holding it
+        elif kind not in ("required", "additionalProperties"):
+            failed.add(path)  # a missing field fails no value; unknown keys are added below
         any_of_types: list[Any] = []
         if kind in ("anyOf", "oneOf") and e.context:
             from jsonschema.exceptions import best_match
@@ -172,6 +220,7 @@ def _schema_errors(
                     continue
                 kpath = (*path, extra)
                 reported_keys.add(kpath)
+                failed.add(kpath)
                 if kpath in pos.bool_keys:
                     yield pos.diag(
                         "YAML_BOOLEAN_KEY",
@@ -264,18 +313,36 @@ def check_pipeline(
     graph: bool = True,
 ) -> list[Diagnostic]:
     """Schema, graph and semantic checks of one (merged) pipeline."""
+    pos = _positioner(sm, bool_keys)
+    out, clean, failed = _schema_pass(data, pos, registry, for_execution)
+    return out + _semantic_pass(clean, failed, pos, registry, prompts=prompts, graph=graph)
+
+
+def _positioner(sm: SourceMap, bool_keys: Iterable[BoolKey]) -> _Positioner:
     n = len(sm.prefix)
-    pos = _Positioner(
+    return _Positioner(
         sm, [BoolKey(bk.path[n:], bk.raw, bk.loc) for bk in bool_keys if bk.path[:n] == sm.prefix]
     )
+
+
+def _schema_pass(
+    data: Mapping[str, Any], pos: _Positioner, registry: Registry, for_execution: bool
+) -> tuple[list[Diagnostic], Mapping[str, Any], set[PathT]]:
+    """The structural layer: schema errors, the data without the values that failed, their paths.
+
+    Every later check (graph, cross-field, models, the pipeline model) sees the
+    returned data, where each value is schema-valid or absent; none sees a value
+    that failed here (the gate is per path, so one bad value leaves its siblings checked).
+    """
     v = _validators(registry)
     out: list[Diagnostic] = []
     reported_keys: set[PathT] = set()
-    out.extend(_schema_errors(v.top, data, (), pos, reported_keys))
+    failed: set[PathT] = set()
+    out.extend(_schema_errors(v.top, data, (), pos, reported_keys, failed))
     if "steps" not in data:
         out.append(pos.diag("SCHEMA_MISSING_FIELD", "missing required field 'steps'", ()))
     steps = items(data.get("steps"))
-    failed = {i.name: i for i in registry.failures()}
+    load_failures = {i.name: i for i in registry.failures()}
     for i, step in enumerate(steps):
         if not isinstance(step, Mapping):
             continue
@@ -288,21 +355,34 @@ def check_pipeline(
                     )
                 )
             else:
+                failed.add(("steps", i, "action"))
                 out.append(
                     pos.diag("SCHEMA_TYPE", "`action` must be a string", ("steps", i, "action"))
                 )
             continue
-        if name in failed:
+        if name in load_failures:
             out.append(
                 pos.diag(
                     "ACTION_LOAD_FAILED",
                     f"action {name!r} from distribution "
-                    f"{failed[name].source!r} failed to load: {failed[name].error}",
+                    f"{load_failures[name].source!r} failed to load: {load_failures[name].error}",
                     ("steps", i, "action"),
                 )
             )
             continue
-        if name not in v.steps:
+        if name not in v.names and name in NOT_YET_SUPPORTED:
+            # One diagnostic for the step, whatever its fields: a warning while validating,
+            # an error before a run (the file is well formed, the engine cannot run it yet).
+            out.append(
+                pos.diag(
+                    "ACTION_NOT_YET_SUPPORTED",
+                    not_yet_supported_message(name),
+                    ("steps", i, "action"),
+                    severity="error" if for_execution else "warning",
+                )
+            )
+            continue
+        if name not in v.names:
             out.append(
                 pos.diag(
                     "UNKNOWN_ACTION",
@@ -313,7 +393,7 @@ def check_pipeline(
                 )
             )
             continue
-        out.extend(_schema_errors(v.steps[name], step, ("steps", i), pos, reported_keys))
+        out.extend(_schema_errors(v.step(name), step, ("steps", i), pos, reported_keys, failed))
         cls = registry.get(name)
         if for_execution and cls is not None and not cls.runnable:
             out.append(
@@ -334,6 +414,7 @@ def check_pipeline(
     if non_finite:
         where = {d.path for d in non_finite}
         out = [d for d in out if d.path not in where] + non_finite
+        failed.update(path for path, _ in _non_finite(data, ()))
     for bk_path, bk in pos.bool_keys.items():
         parent = bk_path[-2] if len(bk_path) > 1 else None
         if bk_path in reported_keys or (parent, bk.raw) in _LEGIT_BOOL_KEYS:
@@ -348,38 +429,130 @@ def check_pipeline(
                 key=True,
             )
         )
+    return out, _without(data, failed), failed
+
+
+def _semantic_pass(
+    data: Mapping[str, Any],
+    failed: set[PathT],
+    pos: _Positioner,
+    registry: Registry,
+    *,
+    prompts: Pipeline | None,
+    graph: bool,
+) -> list[Diagnostic]:
+    """Inputs, graph, cross-field, model and prompt checks over schema-valid values only."""
     from runtime.contract.action import ENGINE_OWNED
 
+    out: list[Diagnostic] = []
+
+    def emit(path: PathT, code: str, message: str, **kw: Any) -> None:
+        # A finding at or under a value that failed the schema repeats that error
+        # (`settings: [x]` is no mapping; that its entry_step_id is missing says nothing new).
+        if not any(path[:n] in failed for n in range(len(path) + 1)):
+            out.append(pos.diag(code, message, path, **kw))
+
     for f in checks.check_inputs(data.get("inputs"), ENGINE_OWNED):
-        out.append(pos.diag(f.code, f.message, f.path, hint=f.hint, key=f.key))
-    settings = mapping(data.get("settings"))
-    plain_steps = [s for s in steps if isinstance(s, Mapping)]
+        emit(f.path, f.code, f.message, hint=f.hint, key=f.key)
     if not graph:
         return out
-    for f in checks.run_all(plain_steps, settings, registry):
-        out.append(pos.diag(f.code, f.message, f.path, hint=f.hint, severity=f.severity, key=f.key))
-    from runtime.models import check_settings
+    settings = mapping(data.get("settings"))
+    # A step that is no mapping (already reported) keeps its index, so positions stay right.
+    plain_steps = [s if isinstance(s, Mapping) else {} for s in items(data.get("steps"))]
+    doubtful = frozenset(
+        p[1] for p in failed if len(p) > 1 and p[0] == "steps" and isinstance(p[1], int)
+    )
+    # The graph checks read `steps` and `settings` whole, the model checks `settings`: none
+    # runs when its input failed as a whole (`steps: 1` has no entry step to look for).
+    if ("steps",) not in failed and ("settings",) not in failed:
+        for f in checks.run_all(plain_steps, settings, registry, doubtful):
+            emit(f.path, f.code, f.message, hint=f.hint, severity=f.severity, key=f.key)
+    if ("settings",) not in failed:
+        from runtime.models import check_settings
 
-    base = str(prompts.base_dir) if prompts is not None else None
-    for exc in check_settings(settings, base_dir=base):
-        out.append(pos.diag(exc.code, exc.message, _model_path(exc, settings), hint=exc.hint))
+        base = str(prompts.base_dir) if prompts is not None else None
+        for exc in check_settings(settings, base_dir=base):
+            emit(_model_path(exc, settings), exc.code, exc.message, hint=exc.hint)
     if prompts is not None:
         for i, step in enumerate(plain_steps):
-            key = step.get("prompt_key")
-            if isinstance(key, str) and prompts.prompt_path(key) is None:
-                out.append(
-                    pos.diag(
+            # prompt_key, and the older engine's translate_prompt_key, name prompt files.
+            for field in ("prompt_key", "translate_prompt_key"):
+                key = step.get(field)
+                if isinstance(key, str) and prompts.prompt_path(key) is None:
+                    emit(
+                        ("steps", i, field),
                         "PROMPT_NOT_FOUND",
                         f"prompt {key!r} not found under {prompts.prompts_dir}",
-                        ("steps", i, "prompt_key"),
                         hint=f"create {prompts.prompts_dir / key}.md",
                     )
-                )
     return out
+
+
+def _without(data: Mapping[str, Any], failed: set[PathT]) -> Mapping[str, Any]:
+    """`data` without the values at `failed` paths: removed from mappings, None in lists.
+
+    Containers on the way to a removed value are copied; everything else is shared, so
+    a valid pipeline costs nothing here. List items become None rather than disappear
+    so that later indices, and the positions computed from them, stay right.
+    """
+    if not failed:
+        return data
+    if () in failed:
+        return LMap(getattr(data, "loc", None))
+    root: Any = _copy(data)
+    copied = {id(root)}
+    for path in sorted(failed, key=len):
+        node = root
+        for seg in path[:-1]:
+            child = _child(node, seg)
+            if not isinstance(child, Mapping | list):
+                node = None
+                break
+            if id(child) not in copied:
+                child = _copy(child)
+                copied.add(id(child))
+                node[seg] = child
+            node = child
+        if node is None:
+            continue
+        last = path[-1]
+        if isinstance(node, dict) and last in node:
+            del node[last]
+        elif isinstance(node, list) and isinstance(last, int) and 0 <= last < len(node):
+            node[last] = None
+    return root
+
+
+def _child(node: Any, seg: str | int) -> Any:
+    if isinstance(node, Mapping):
+        return node.get(seg) if isinstance(seg, str) else None
+    if isinstance(node, list) and isinstance(seg, int) and 0 <= seg < len(node):
+        return node[seg]
+    return None
+
+
+def _copy(value: Any) -> Any:
+    """A shallow copy that keeps source positions (LMap / LList) or plain types."""
+    if isinstance(value, LMap):
+        out = LMap(value.loc)
+        out.update(value)
+        out.key_locs = dict(value.key_locs)
+        out.val_locs = dict(value.val_locs)
+        return out
+    if isinstance(value, LList):
+        lst = LList(value.loc)
+        lst.extend(value)
+        lst.item_locs = list(value.item_locs)
+        return lst
+    if isinstance(value, Mapping):
+        return dict(value)
+    return list(value)
 
 
 def _non_finite(value: Any, path: PathT) -> Iterator[tuple[PathT, float]]:
     """Paths of NaN and infinite floats (YAML `.nan`, `.inf`) anywhere in the data."""
+    if not path and not _any_non_finite(value):
+        return  # the common case, found without building a path for every value
     if isinstance(value, float) and not math.isfinite(value):
         yield path, value
     elif isinstance(value, Mapping):
@@ -388,6 +561,23 @@ def _non_finite(value: Any, path: PathT) -> Iterator[tuple[PathT, float]]:
     elif isinstance(value, list):
         for i, item in enumerate(value):
             yield from _non_finite(item, (*path, i))
+
+
+def _any_non_finite(root: Any) -> bool:
+    stack = [root]
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is float:
+            if not math.isfinite(value):
+                return True
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, float | Mapping):
+            return True  # an unusual type: let the exact walk decide
+    return False
 
 
 def _model_path(exc: Any, settings: Mapping[str, Any]) -> PathT:
@@ -415,19 +605,14 @@ def _validate_doc(
     if any(p.severity == "error" for p in problems):
         return problems, None  # the merged pipeline would only repeat the extends problem
     sm = SourceMap(merged, doc.file, doc.prefix)
-    pipeline = Pipeline.from_dict(merged, file=doc.file, source=sm)
+    pos = _positioner(sm, bool_keys)
+    schema_diags, clean, failed = _schema_pass(merged, pos, registry, for_execution)
+    # The model, like every later check, is built from schema-valid values only.
+    pipeline = Pipeline.from_dict(clean, file=doc.file, source=sm)
     # An abstract pipeline is a base for `extends`: schema-checked, but not a runnable graph.
     abstract = doc.data.get("abstract") is True
-    diags = problems + check_pipeline(
-        merged,
-        sm,
-        registry,
-        bool_keys=bool_keys,
-        for_execution=for_execution,
-        prompts=pipeline,
-        graph=not abstract,
-    )
-    return diags, None if abstract else pipeline
+    semantic = _semantic_pass(clean, failed, pos, registry, prompts=pipeline, graph=not abstract)
+    return problems + schema_diags + semantic, None if abstract else pipeline
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:
@@ -449,23 +634,72 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
 
 
 def validate_paths(
-    paths: Sequence[str], *, registry: Registry | None = None, for_execution: bool = False
+    paths: Sequence[str],
+    *,
+    registry: Registry | None = None,
+    for_execution: bool = False,
+    only_pipelines: bool = False,
 ) -> Report:
-    """Validate files and folders; every problem of every file in one report."""
+    """Validate files and folders; every problem of every file in one report.
+
+    With only_pipelines, files without a pipeline root (`has_pipeline_root`) are
+    skipped and listed in `Report.skipped` instead of reported as not a pipeline.
+    """
+    with gc_paused():  # see gc_paused: collections during loading made validation quadratic
+        return _validate_paths(paths, registry, for_execution, only_pipelines)
+
+
+def _validate_paths(
+    paths: Sequence[str], registry: Registry | None, for_execution: bool, only_pipelines: bool
+) -> Report:
     registry = registry or default_registry()
     cache = FileCache()
     files = expand_paths(paths)
     diagnostics: list[Diagnostic] = []
     pipelines: list[Pipeline] = []
+    skipped: list[str] = []
     for file in files:
-        yf, docs, problems = cache.get(file)
+        # One file or pipeline that breaks the validator must not cost the batch its report.
+        try:
+            yf, docs, problems = cache.get(file)
+        except Exception as exc:  # turned into a coded diagnostic
+            diagnostics.append(_crashed(exc, Location(file, 1, 1), "$"))
+            continue
+        if only_pipelines and not has_pipeline_root(yf):
+            skipped.append(file)
+            continue
         diagnostics.extend(problems)
         for doc in docs:
-            diags, pipeline = _validate_doc(doc, cache, registry, yf.bool_keys, for_execution)
+            try:
+                diags, pipeline = _validate_doc(doc, cache, registry, yf.bool_keys, for_execution)
+            except Exception as exc:  # turned into a coded diagnostic
+                loc = doc.data.loc or Location(file, 1, 1)
+                diagnostics.append(_crashed(exc, loc, json_path(doc.prefix)))
+                continue
             diagnostics.extend(diags)
             if pipeline is not None:
                 pipelines.append(pipeline)
-    return Report(files, sort_diagnostics(diagnostics), pipelines)
+    skip = set(skipped)
+    checked = [f for f in files if f not in skip]
+    return Report(checked, sort_diagnostics(diagnostics), pipelines, skipped)
+
+
+def _crashed(exc: Exception, loc: Location, path: str) -> Diagnostic:
+    """VALIDATION_CRASHED naming the exception and the innermost frame that raised it."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return Diagnostic(
+        "VALIDATION_CRASHED",
+        "error",
+        f"validation stopped on {type(exc).__name__}: {exc}{where}",
+        loc.file,
+        loc.line,
+        loc.column,
+        path,
+        codes.CODES["VALIDATION_CRASHED"].hint,
+    )
 
 
 def load_pipeline(
@@ -476,6 +710,13 @@ def load_pipeline(
     for_execution: bool = True,
 ) -> Pipeline:
     """Load and validate one pipeline (`file.yaml` or `file.yaml#name`); raise on any error."""
+    with gc_paused():  # as in validate_paths
+        return _load_pipeline(path, name, registry, for_execution)
+
+
+def _load_pipeline(
+    path: str, name: str | None, registry: Registry | None, for_execution: bool
+) -> Pipeline:
     if name is None and "#" in path and not Path(path).exists():
         path, _, name = path.partition("#")
     registry = registry or default_registry()

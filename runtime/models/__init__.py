@@ -2,8 +2,9 @@
 
 Precedence: the CLI spec (overrides every step, so one pipeline can be pointed at
 another server by changing only `--model`), else the step's `model:`, else
-`settings.default_model`, else the offline `extractive` responder. `record_path`
-wraps whatever was chosen. The spec grammar is in `runtime.models.config`.
+`settings.default_model`, else the offline `extractive` responder. Every provider is
+wrapped so no configured secret leaves in a reply or an error (`guard`); `record_path`
+wraps that. The spec grammar is in `runtime.models.config`.
 Provider modules load lazily: importing this package imports no HTTP client.
 """
 
@@ -67,9 +68,12 @@ def resolve_provider(
         if spec is None:
             spec = "extractive"
         config = config_from_spec(spec, settings, base_dir=base_dir, spec_dir=base_dir)
-    provider = build_provider(config)
+    from runtime.models.guard import ScrubbingProvider
+
+    # The boundary: whatever answers, no configured secret leaves in a reply or an error.
+    provider: ModelProvider = ScrubbingProvider(build_provider(config), settings)
     if record_path:
         from runtime.models.cassette import RecordingProvider
 
-        provider = RecordingProvider(provider, record_path)
+        provider = RecordingProvider(provider, record_path, settings)
     return provider

@@ -11,6 +11,8 @@ from typing import Any, Protocol
 DEFAULT_CONTEXT_WINDOW = 8192
 EXTRACTIVE_CONTEXT_WINDOW = 128_000
 REPLAY_CONTEXT_WINDOW = 1_000_000
+# Seconds one model request may take in all; a longer reply is cut and is MODEL_TIMEOUT.
+DEFAULT_DEADLINE = 120.0
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,9 @@ class ModelConfig:
     tokenizer: str = "cl100k_base"
     timeout_seconds: float = 60.0
     connect_timeout_seconds: float = 10.0
+    # The whole of one HTTP request (connect, headers, body and stream together): the per-read
+    # timeouts above never end a server that drips a byte at a time.
+    deadline_seconds: float = DEFAULT_DEADLINE
     max_retries: int = 3
     headers: dict[str, str] = field(default_factory=dict)
     cassette: str = ""

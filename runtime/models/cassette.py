@@ -8,7 +8,8 @@ One line per call::
 `step_id` and `response` are required; the other keys are optional on replay,
 which returns them as recorded so a replayed run's trace matches the live one.
 The request holds messages and parameters only: providers never put keys in it,
-and no header is recorded.
+and no header is recorded. Every configured secret is scrubbed from the whole line
+before it is written (a server may echo the key, a prompt may quote one).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import defaultdict, deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -123,10 +125,13 @@ class ReplayProvider:
 class RecordingProvider:
     """Wraps any provider and appends one cassette line per successful call."""
 
-    def __init__(self, inner: ModelProvider, path: str) -> None:
+    def __init__(
+        self, inner: ModelProvider, path: str, settings: Mapping[str, Any] | None = None
+    ) -> None:
         self.inner = inner
         self.config = inner.config
         self.path = path
+        self.settings: Mapping[str, Any] = settings or {}  # names the keys to scrub
         self._lock = threading.Lock()
         Path(path).parent.mkdir(parents=True, exist_ok=True)
 
@@ -144,7 +149,9 @@ class RecordingProvider:
             "tokens_out": response.tokens_out,
             "finish_reason": response.finish_reason,
         }
-        line = json.dumps(entry, ensure_ascii=False)
+        from runtime.models.guard import scrubber_for
+
+        line = json.dumps(scrubber_for(self.settings, self.config).data(entry), ensure_ascii=False)
         with self._lock, open(self.path, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
             fh.flush()

@@ -26,10 +26,12 @@ from urllib.parse import urlsplit
 from runtime.errors import ModelError
 from runtime.models.base import (
     DEFAULT_CONTEXT_WINDOW,
+    DEFAULT_DEADLINE,
     EXTRACTIVE_CONTEXT_WINDOW,
     REPLAY_CONTEXT_WINDOW,
     ModelConfig,
 )
+from runtime.net.secrets import url_credentials
 
 PROVIDERS = ("openai", "extractive", "replay")
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -45,6 +47,7 @@ SETTING_KEYS = (
     "tokenizer",
     "timeout_seconds",
     "connect_timeout_seconds",
+    "deadline_seconds",
     "max_retries",
     "headers",
     "cassette",
@@ -65,14 +68,20 @@ def _invalid(where: str, message: str) -> ModelError:
 
 
 def check_base_url(url: str, where: str) -> str:
-    """The URL when it is an http(s) URL without credentials, else MODEL_CONFIG_INVALID."""
+    """The URL when it is an http(s) URL without credentials, else MODEL_CONFIG_INVALID.
+
+    Credentials are refused wherever they sit: user-info (`user:key@`), a query string
+    (`?api_key=...`) or a fragment; a base URL takes paths appended, so neither of the
+    last two can be right in one anyway.
+    """
+    credentials = url_credentials(url)
+    if credentials is not None:
+        # Checked first and not echoed: the URL may hold a credential.
+        raise _invalid(where, f"base_url {credentials}; put the key in api_key_env")
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        raise _invalid(where, f"base_url {url!r} is not a URL") from exc
-    if parts.username is not None or parts.password is not None:
-        # Checked first and not echoed: the URL holds a credential.
-        raise _invalid(where, "base_url must not hold credentials; use api_key_env")
+        raise _invalid(where, "base_url is not a URL") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise _invalid(where, f"base_url {url!r} must be an http:// or https:// URL")
     return url
@@ -144,9 +153,18 @@ def config_from_settings(name: str, raw: Any, *, base_dir: str | None = None) ->
         values["context_window"] = _positive_int(raw["context_window"], "context_window", where)
     if "tokenizer" in raw:
         values["tokenizer"] = _text(raw["tokenizer"], "tokenizer", where)
-    for key in ("timeout_seconds", "connect_timeout_seconds"):
+    for key in ("timeout_seconds", "connect_timeout_seconds", "deadline_seconds"):
         if key in raw:
             values[key] = _positive_number(raw[key], key, where)
+    deadline = values.get("deadline_seconds", DEFAULT_DEADLINE)
+    for key in ("timeout_seconds", "connect_timeout_seconds"):
+        if values.get(key, 0.0) > deadline:
+            # Loud, not silently capped: a raised read timeout means a slow server is expected.
+            raise _invalid(
+                where,
+                f"{key} ({values[key]:g}) exceeds deadline_seconds ({deadline:g}), which "
+                "bounds the whole request; raise deadline_seconds too",
+            )
     if "max_retries" in raw:
         retries = raw["max_retries"]
         if (

@@ -6,6 +6,10 @@ and a streamed reply is never retried once a piece of it was passed on (the
 caller would see it twice). Every httpx failure and HTTP status is mapped to the
 model error taxonomy in one place, `_exchange`, and chained with `from`.
 
+Each request runs under `deadline_seconds` for the whole of it (connect, headers,
+body and stream together, `runtime.net.deadline`): httpx's own timeouts are per
+read, so a server dripping bytes would otherwise hold a step indefinitely.
+
 The API key is read from the environment variable named by `api_key_env` for
 each request and sent only as the `Authorization` header: it is never stored on
 the provider, and any server text quoted in an error is scrubbed of it.
@@ -31,6 +35,8 @@ from runtime.errors import (
 )
 from runtime.models import wire
 from runtime.models.base import ChunkCallback, ModelConfig, ModelRequest, ModelResponse
+from runtime.net.deadline import Deadline, client_limits
+from runtime.net.secrets import Scrubber
 
 MAX_RETRY_AFTER = 30.0  # seconds: a longer Retry-After is waited this long, then retried
 MAX_BACKOFF = 20.0
@@ -156,7 +162,7 @@ class OpenAIProvider:
                 timeout = httpx.Timeout(
                     self.config.timeout_seconds, connect=self.config.connect_timeout_seconds
                 )
-                self._client = httpx.Client(timeout=timeout)
+                self._client = httpx.Client(timeout=timeout, limits=client_limits())
             return self._client
 
     def _key(self) -> str:
@@ -170,10 +176,12 @@ class OpenAIProvider:
         return headers
 
     def _quote(self, text: str) -> str:
-        """Server text quoted in an error: the key removed first (a server may echo it), then cut."""
-        key = self._key()
-        text = text.replace(key, "[redacted]") if key else text
-        return repr(text[:200])
+        """Server text quoted in an error: the key removed first (a server may echo it), then cut.
+
+        Every configured secret is scrubbed again where replies and errors leave the model
+        layer (`runtime.models.guard`); this covers the provider used on its own.
+        """
+        return repr(Scrubber([self._key()]).text(text)[:200])
 
     def _exchange(self, request: ModelRequest, stream: bool, relay: ChunkCallback) -> wire.Reply:
         """One HTTP exchange; every failure leaves here as a model error (the one boundary)."""
@@ -183,8 +191,22 @@ class OpenAIProvider:
         where = f"{self.config.name} ({self.url})"
         with self._lock:
             self.attempts += 1
+        config = self.config
+        deadline = Deadline(config.deadline_seconds)
         try:
-            with self._http().stream("POST", self.url, headers=self._headers(), json=body) as resp:
+            with (
+                deadline,
+                self._http().stream(
+                    "POST",
+                    self.url,
+                    headers=self._headers(),
+                    json=body,
+                    timeout=deadline.timeout(
+                        config.timeout_seconds, config.connect_timeout_seconds
+                    ),
+                    extensions=deadline.extensions(),
+                ) as resp,
+            ):
                 if resp.status_code >= 400:
                     resp.read()
                     raise self._status_error(resp, where)
@@ -196,18 +218,30 @@ class OpenAIProvider:
                 if stream and reply.text:
                     relay(reply.text)  # the server ignored `stream`: pass the whole reply on
                 return reply
-        except httpx.TimeoutException as exc:
-            raise ModelTimeoutError(
+        except (ModelError, httpx.HTTPError) as exc:
+            if deadline.expired:
+                # The deadline cut the connection: whatever broke after that is its doing.
+                raise ModelTimeoutError(
+                    f"{where} did not finish within deadline_seconds={config.deadline_seconds:g} "
+                    "(connect, headers and body together)",
+                    retryable=True,
+                ) from exc
+            if isinstance(exc, ModelError):
+                raise
+            raise self._mapped(exc, where) from exc
+
+    @staticmethod
+    def _mapped(exc: Exception, where: str) -> ModelError:
+        """The model error for an httpx failure."""
+        import httpx
+
+        if isinstance(exc, httpx.TimeoutException):
+            return ModelTimeoutError(
                 f"{where} did not answer in time ({type(exc).__name__})", retryable=True
-            ) from exc
-        except httpx.TransportError as exc:
-            raise ModelProviderError(
-                f"cannot reach {where}: {type(exc).__name__}", retryable=True
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise ModelProviderError(
-                f"{where} answered unreadable data: {type(exc).__name__}"
-            ) from exc
+            )
+        if isinstance(exc, httpx.TransportError):
+            return ModelProviderError(f"cannot reach {where}: {type(exc).__name__}", retryable=True)
+        return ModelProviderError(f"{where} answered unreadable data: {type(exc).__name__}")
 
     def _status_error(self, resp: Any, where: str) -> ModelError:
         status = resp.status_code

@@ -19,7 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import StoreError
+from runtime.errors import ModelError, ModelTimeoutError, StoreError
+from runtime.net.deadline import Deadline, client_limits
+from runtime.net.secrets import DEFAULT_KEY_ENV, Scrubber, env_secrets, url_credentials
+
+# The embeddings endpoint: per-read timeout, and the whole request's deadline (seconds).
+EMBEDDINGS_READ_TIMEOUT = 60.0
+EMBEDDINGS_DEADLINE = 120.0
 
 
 def to_blob(vector: Sequence[float]) -> bytes:
@@ -192,31 +198,63 @@ def _gelu(np: Any, x: Any) -> Any:
 
 
 class OpenAIEmbedder:
-    """An OpenAI-compatible `/embeddings` endpoint."""
+    """An OpenAI-compatible `/embeddings` endpoint.
 
-    def __init__(self, model: str, base_url: str, api_key_env: str = "OPENAI_API_KEY") -> None:
+    Like the chat provider: the key is read from `api_key_env` for each request and sent
+    only as the `Authorization` header, the base URL may hold no credential, each request
+    runs under a whole-request deadline (MODEL_TIMEOUT when it passes), and the key is
+    scrubbed from any error text.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        api_key_env: str = DEFAULT_KEY_ENV,
+        *,
+        deadline_seconds: float = EMBEDDINGS_DEADLINE,
+    ) -> None:
+        problem = url_credentials(base_url)
+        if problem is not None:
+            # Not echoed: the URL may hold a credential.
+            raise ModelError(
+                f"embedder openai:{model}@...: base_url {problem}; put the key in ${api_key_env}",
+                code="MODEL_CONFIG_INVALID",
+            )
         self.name = f"openai:{model}"
         self.model, self.base_url = model, base_url.rstrip("/")
-        self.api_key = os.environ.get(api_key_env)
+        self.api_key_env = api_key_env
+        self.deadline_seconds = deadline_seconds
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text."""
         import httpx
 
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        key = os.environ.get(self.api_key_env)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        url = f"{self.base_url}/embeddings"
+        deadline = Deadline(self.deadline_seconds)
         try:
-            resp = httpx.post(
-                f"{self.base_url}/embeddings",
-                json={"model": self.model, "input": list(texts)},
-                headers=headers,
-                timeout=60,
-            )
-            resp.raise_for_status()
-            data = resp.json()["data"]
+            with deadline, httpx.Client(limits=client_limits()) as client:
+                resp = client.post(
+                    url,
+                    json={"model": self.model, "input": list(texts)},
+                    headers=headers,
+                    timeout=deadline.timeout(EMBEDDINGS_READ_TIMEOUT, EMBEDDINGS_READ_TIMEOUT),
+                    extensions=deadline.extensions(),
+                )
+                resp.raise_for_status()
+                data = resp.json()["data"]
         except (httpx.HTTPError, KeyError, ValueError) as exc:
+            if deadline.expired:
+                raise ModelTimeoutError(
+                    f"embeddings endpoint {url} did not finish within {self.deadline_seconds:g} s "
+                    "(connect, headers and body together)",
+                    retryable=True,
+                ) from exc
+            detail = Scrubber(env_secrets([self.api_key_env])).text(f"{type(exc).__name__}: {exc}")
             raise StoreError(
-                f"embeddings endpoint failed: {type(exc).__name__}: {exc}",
-                code="EMBEDDINGS_UNAVAILABLE",
+                f"embeddings endpoint failed: {detail}", code="EMBEDDINGS_UNAVAILABLE"
             ) from exc
         return [d["embedding"] for d in sorted(data, key=lambda d: d["index"])]
 

@@ -5,6 +5,12 @@ Incremental: a file whose content hash is unchanged is not parsed again; a file
 that disappeared loses its nodes. Edges are re-resolved for the whole snapshot
 from the stored per-file extraction summaries, so a change in one file updates
 edges that point into it from files that did not change.
+
+Identity: a kind and qualified name defined once in the snapshot has the plain id; one
+defined more than once (a partial class, a table in `Tables/` and in `Migrations/`) keeps
+every definition, each named by its path (see node_id). Whether a name is defined once
+depends on every file, so a run renames the nodes of unchanged files whose names gained
+or lost a second definition; the result equals a fresh index of the same tree.
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ import fnmatch
 import hashlib
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +34,9 @@ DOC_SUFFIXES = {".md", ".markdown", ".txt", ".rst"}
 # name starts with a dot (.git, .vs, .venv, tool caches).
 SKIP_DIRS = {"bin", "obj", "node_modules", "__pycache__", "venv"}
 MAX_CHUNK_CHARS = 2500
+# The edge between two definitions of one kind and qualified name (both directions), so the
+# graph walks from one part of a partial class to the others.
+SAME_NAME = "SameName"
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
 
 
@@ -114,7 +124,7 @@ def labels_for(rel: str, rules: Sequence[tuple[str, list[str]]]) -> list[str]:
 
 
 def _files(roots: Sequence[str]) -> list[tuple[Path, str]]:
-    """(path, path relative to its root) of every file under roots, in path order.
+    """(path, path relative to its root) of every file under roots, in path order, once each.
 
     Skipped folders (.git, node_modules, bin, obj, ...) are pruned, not walked and then
     filtered: a repository's .git alone can hold more files than its code.
@@ -136,7 +146,29 @@ def _files(roots: Sequence[str]) -> list[tuple[Path, str]]:
                 if path.is_file():
                     found.append((path, path.relative_to(base).as_posix()))
         out += sorted(found, key=lambda item: item[1])
-    return out
+    # A file under two roots given (`src` and `src/Core`) is indexed once, under the first;
+    # two files under one relative path would overwrite each other on every run.
+    bases = [Path(root).resolve() for root in roots]
+    nested = any(a == b or a in b.parents for i, a in enumerate(bases) for b in bases[i + 1 :])
+    nested = nested or any(b in a.parents for i, a in enumerate(bases) for b in bases[i + 1 :])
+    owner: dict[str, Path] = {}
+    listed: set[Path] = set()
+    unique = []
+    for path, rel in out:
+        if nested:  # resolved only then: a system call per file
+            real = path.resolve()
+            if real in listed:
+                continue
+            listed.add(real)
+        if owner.setdefault(rel, path) != path:
+            from runtime.errors import UsageError
+
+            raise UsageError(
+                f"{owner[rel]} and {path} would both be indexed as {rel}: index a folder "
+                "that holds both, or each under its own --snapshot or --repository"
+            )
+        unique.append((path, rel))
+    return unique
 
 
 def doc_chunks(text: str, rel: str) -> list[tuple[str, str, int, int]]:
@@ -183,6 +215,79 @@ def _summary(ex: Any) -> dict[str, Any]:
     }
 
 
+# (kind, qualified name): what a node id names, before the path that tells definitions apart.
+Key = tuple[str, str]
+
+
+def _keys(summary: dict[str, Any]) -> list[Key]:
+    """The (kind, qualified name) of each node of a file, in the order it was written."""
+    keys = [(s["kind"], s["qn"]) for s in summary.get("symbols", []) if s["kind"] != "namespace"]
+    return keys + [("doc", qn) for qn in summary.get("docs", [])]
+
+
+class Definitions:
+    """Where each kind and qualified name of a snapshot is defined, and so each node's id."""
+
+    def __init__(self, repository: str, snapshot: str) -> None:
+        self.repository, self.snapshot = repository, snapshot
+        self.paths: dict[Key, list[str]] = {}  # key -> the path of each definition
+
+    def add(self, path: str, keys: Iterable[Key]) -> None:
+        """Record a file's definitions (a path once per definition)."""
+        for key in keys:
+            self.paths.setdefault(key, []).append(path)
+
+    def _id(self, key: Key, path: str | None = None, occurrence: int = 1) -> str:
+        return node_id(self.repository, self.snapshot, *key, at=path, occurrence=occurrence)
+
+    def ids(self, path: str, keys: Sequence[Key]) -> list[str]:
+        """The ids of a recorded file's nodes (keys in file order)."""
+        paths, repository, snapshot = self.paths, self.repository, self.snapshot
+        out = []
+        seen: Counter[Key] = Counter()
+        for key in keys:
+            if len(paths.get(key, ())) <= 1:  # the common case: defined once, the plain id
+                out.append(node_id(repository, snapshot, *key))
+            else:
+                seen[key] += 1
+                out.append(self._id(key, path, seen[key]))
+        return out
+
+    def place(self, path: str, keys: Sequence[Key]) -> tuple[list[str], list[tuple[str, str]]]:
+        """Record a file about to be written: its nodes' ids and the (old, new) ids of
+        stored nodes whose name was defined once until now."""
+        renames = []
+        for key in dict.fromkeys(keys):
+            where = self.paths.get(key, ())
+            if len(where) == 1:
+                renames.append((self._id(key), self._id(key, where[0])))
+        self.add(path, keys)
+        return self.ids(path, keys), renames
+
+    def settle(self, lost: Iterable[Key]) -> list[tuple[str, str]]:
+        """(old, new) ids for names that lost definitions and now have one: back to plain."""
+        renames = []
+        for key in sorted(lost):
+            where = self.paths.get(key, ())
+            if len(where) == 1:
+                renames.append((self._id(key, where[0]), self._id(key)))
+        return renames
+
+    def same_name_edges(self) -> list[tuple[str, str, str]]:
+        """A SAME_NAME edge each way between the definitions of every name defined twice+."""
+        edges = []
+        for key, where in self.paths.items():
+            if len(where) < 2:
+                continue
+            seen: Counter[str] = Counter()
+            ids = []
+            for path in where:
+                seen[path] += 1
+                ids.append(self._id(key, path, seen[path]))
+            edges += [(a, b, SAME_NAME) for a in ids for b in ids if a != b]
+        return edges
+
+
 def _from_summary(summary: dict[str, Any]) -> Any:
     from classifiers.model import Dependency, Extraction, Symbol
 
@@ -219,8 +324,23 @@ def index_paths(
     seen: set[str] = set()
     own = str(Path(store.path).resolve())
     work = _changed_files(roots, own, known, seen, label_rules, progress, report)
+    gone = sorted(set(known) - seen)
     with store.batch():
-        new_vectors: dict[str, bytes] = {}
+        if not work and not gone:  # nothing changed: the nodes and edges are the last run's
+            report.edges = store.edge_count(repository, snapshot)
+            report.seconds = round(time.perf_counter() - started, 3)
+            return report
+        changed = {item[0] for item in work}
+        stored = store.extractions(repository, snapshot, sorted(seen - changed))
+        defs = Definitions(repository, snapshot)
+        for rel in sorted(stored):
+            defs.add(rel, _keys(stored[rel]))
+        # Old nodes go first, so that while files are written the store holds exactly what
+        # defs records (the ids of a file about to be written are then free).
+        lost = store.delete_nodes(repository, snapshot, sorted(changed & set(known)))
+        for rel in gone:
+            lost |= store.delete_file(repository, snapshot, rel)
+            report.deleted += 1
         if embedder is not None:
             from runtime.retrieval.embeddings import to_blob
         fresh: dict[str, Any] = {}  # path -> Extraction of the files parsed now
@@ -235,23 +355,23 @@ def index_paths(
                 store.delete_file(repository, snapshot, rel)
                 report.failed.append({"path": rel, "error": error})
                 continue
+            ids, renames = defs.place(rel, _keys(summary))
+            store.rename_nodes(renames)
+            rows = [(nid, *row[1:]) for nid, row in zip(ids, rows, strict=True)]
             report.nodes += store.replace_file_rows(
-                repository, snapshot, rel, digest, rows, encoded, known=rel in known
+                repository, snapshot, rel, digest, rows, encoded, known=False
             )
             fresh[rel] = _from_summary(summary)  # here, not after: workers may leave a core idle
             if embedder is not None and rows:
-                # row[0] id, row[5] qualified name, row[10] text (see nodestore.node_row)
+                # row[0] id, row[5] qualified name, row[10] text (see nodestore.node_row).
+                # Stored now: a later file may rename these nodes (vectors follow the row).
                 vectors = embedder.embed([f"{r[5]}\n{r[10][:2000]}" for r in rows])
-                new_vectors.update({r[0]: to_blob(v) for r, v in zip(rows, vectors, strict=True)})
-        for rel in sorted(set(known) - seen):
-            store.delete_file(repository, snapshot, rel)
-            report.deleted += 1
-        if new_vectors:
-            store.put_vectors(embedder.name, new_vectors)
-        if work or report.deleted:
-            report.edges = _resolve_edges(store, repository, snapshot, fresh, seen - set(fresh))
-        else:  # nothing changed: the edges are those of the last run
-            report.edges = store.edge_count(repository, snapshot)
+                store.put_vectors(
+                    embedder.name, {r[0]: to_blob(v) for r, v in zip(rows, vectors, strict=True)}
+                )
+        store.rename_nodes(defs.settle(lost))
+        exs = {**{rel: _from_summary(x) for rel, x in stored.items()}, **fresh}
+        report.edges = _resolve_edges(store, repository, snapshot, exs, defs)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 
@@ -385,7 +505,7 @@ def _parse(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
     rel, text, digest, labels = item
     nodes: list[Node] = []
     summary: dict[str, Any] = {"kind": "UNKNOWN", "language": "unknown", "symbols": [], "deps": []}
-    searchable: dict[str, str] = {}
+    searchable: dict[int, str] = {}  # node index -> its searchable text, when not its text
     if Path(rel).suffix.lower() in CODE_SUFFIXES:
         ex = classifiers.extract(text, rel, detail=False)
         summary = _summary(ex)
@@ -393,6 +513,7 @@ def _parse(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
         for s in ex.symbols:
             if s.kind == "namespace":
                 continue
+            # The plain id; index_paths gives a name defined more than once its path.
             nodes.append(
                 Node(
                     node_id(repository, snapshot, s.kind, s.qualified_name),
@@ -430,24 +551,28 @@ def _parse(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
                     labels,
                 )
             )
-    rows = [node_row(n, searchable.get(n.qualified_name)) for n in nodes]
+        summary["docs"] = [n.qualified_name for n in nodes]  # node keys (see _keys)
+    rows = [node_row(n, searchable.get(i)) for i, n in enumerate(nodes)]
     return rel, digest, rows, summary, encode_extraction(summary), None
 
 
-def _declarations_only(symbols: Sequence[Any]) -> dict[str, str]:
+def _declarations_only(symbols: Sequence[Any]) -> dict[int, str]:
     """Searchable text of each type that has members: its own lines, each member by signature.
 
-    A member's body is indexed in the member's node; indexing it again in its type made
-    the type outrank the method a question is about (and doubled the indexing work).
+    Keyed by the type's index among the symbols that are nodes (namespaces are not): one
+    file may declare a name twice. A member's body is indexed in the member's node;
+    indexing it again in its type made the type outrank the method a question is about
+    (and doubled the indexing work).
     """
     children: dict[str, list[Any]] = {}
     for s in symbols:
         if s.parent and s.kind != "namespace":
             children.setdefault(s.parent, []).append(s)
-    out: dict[str, str] = {}
-    for s in symbols:
+    out: dict[int, str] = {}
+    nodes = [s for s in symbols if s.kind != "namespace"]
+    for index, s in enumerate(nodes):
         kids = children.get(s.qualified_name)
-        if not kids or s.kind == "namespace":
+        if not kids:
             continue
         lines = s.text.split("\n")
         for kid in kids:
@@ -456,7 +581,7 @@ def _declarations_only(symbols: Sequence[Any]) -> dict[str, str]:
                 lines[first] = kid.signature or lines[first]
                 for i in range(first + 1, last + 1):
                     lines[i] = ""
-        out[s.qualified_name] = "\n".join(line for line in lines if line)
+        out[index] = "\n".join(line for line in lines if line)
     return out
 
 
@@ -464,29 +589,35 @@ def _resolve_edges(
     store: SqliteNodeStore,
     repository: str,
     snapshot: str,
-    fresh: dict[str, Any],
-    unchanged: set[str],
+    by_path: dict[str, Any],
+    defs: Definitions,
 ) -> int:
     """Resolve every file's dependencies against the whole snapshot and store the edges.
 
-    fresh: the extractions of the files just parsed; the unchanged files' come from the store.
+    by_path: the extraction of every file. An edge leaves the definitions of its source name
+    in the file that declares the dependency and reaches every definition of its target.
     """
-    import classifiers
+    import classifiers.resolver
 
-    stored = store.extractions(repository, snapshot, sorted(unchanged))
-    by_path = {**{rel: _from_summary(s) for rel, s in stored.items()}, **fresh}
     # In path order: where a name is ambiguous, the first candidates win (deterministic).
-    exs = [by_path[rel] for rel in sorted(by_path)]
-    # Node ids of every symbol that is a node (namespaces are not), formatted once each.
-    ids = {
-        sym.qualified_name: node_id(repository, snapshot, sym.kind, sym.qualified_name)
-        for ex in exs
-        for sym in ex.symbols
-        if sym.kind != "namespace"
-    }
-    edges = [
-        (ids[e.from_qn], ids[e.to_qn], e.edge_type)
-        for e in classifiers.resolve(exs)
-        if e.from_qn in ids and e.to_qn in ids
-    ]
+    paths = sorted(by_path)
+    exs = [by_path[rel] for rel in paths]
+    to_ids: dict[str, list[str]] = {}  # qualified name -> the ids of its definitions
+    from_ids: list[dict[str, list[str]]] = []  # per file: qualified name -> its ids there
+    for rel, ex in zip(paths, exs, strict=True):
+        keys = [(s.kind, s.qualified_name) for s in ex.symbols if s.kind != "namespace"]
+        here: dict[str, list[str]] = {}
+        for (_, qn), nid in zip(keys, defs.ids(rel, keys), strict=True):
+            to_ids.setdefault(qn, []).append(nid)
+            here.setdefault(qn, []).append(nid)
+        from_ids.append(here)
+    edges = defs.same_name_edges()
+    for here, found in zip(from_ids, classifiers.resolver.resolve_each(exs), strict=True):
+        for e in found:
+            targets = to_ids.get(e.to_qn)
+            sources = here.get(e.from_qn)
+            if targets and sources:
+                for source in sources:
+                    for target in targets:
+                        edges.append((source, target, e.edge_type))
     return store.replace_edges(repository, snapshot, edges)

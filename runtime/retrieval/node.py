@@ -6,19 +6,57 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from runtime.errors import RunError
+
 
 def meta_token(prefix: str, value: str) -> str:
     """A hidden FTS token for an attribute value (hex keeps any value one token)."""
     return f"zz{prefix}{value.encode().hex()}"
 
 
+def scope_value_problem(value: Any) -> str | None:
+    """Why value cannot name a repository, snapshot or label, else None.
+
+    An empty or blank value must never reach a read: `""` is falsy and would mean
+    "every repository". Surrounding whitespace and control characters are refused too,
+    so one name has one spelling. Anything else is matched exactly, byte for byte.
+    """
+    if not isinstance(value, str):
+        return f"must be a string, not {type(value).__name__}"
+    if not value.strip():
+        return "must not be empty or blank"
+    if value != value.strip():
+        return f"{value!r} has leading or trailing whitespace"
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return f"{value!r} holds a control character"
+    return None
+
+
 @dataclass(frozen=True)
 class Scope:
-    """What a caller may see: a repository, a snapshot and allowed security labels."""
+    """What a caller may see: a repository, a snapshot and allowed security labels.
+
+    None means "not restricted" for repository and snapshot, and "no labels" for
+    allowed_labels. Every value given is checked (SCOPE_INVALID), so no value can turn
+    into "all" by being empty.
+    """
 
     repository: str | None = None
     snapshot: str | None = None
     allowed_labels: tuple[str, ...] | None = None  # None: only unlabelled nodes are visible
+
+    def __post_init__(self) -> None:
+        given: list[tuple[str, Any]] = [
+            ("repository", self.repository),
+            ("snapshot", self.snapshot),
+        ]
+        given += [("allowed label", label) for label in self.allowed_labels or ()]
+        for name, value in given:
+            if value is None and name != "allowed label":
+                continue
+            problem = scope_value_problem(value)
+            if problem:
+                raise RunError(f"scope {name} {problem}", code="SCOPE_INVALID")
 
 
 @dataclass
@@ -44,9 +82,25 @@ class Node:
         return dict(self.__dict__)
 
 
-def node_id(repository: str, snapshot: str, kind: str, qualified_name: str) -> str:
-    """The stable, readable id `<repository>::<snapshot>::<kind>::<qualified name>`."""
-    return f"{repository}::{snapshot}::{kind}::{qualified_name}"
+def node_id(
+    repository: str,
+    snapshot: str,
+    kind: str,
+    qualified_name: str,
+    *,
+    at: str | None = None,
+    occurrence: int = 1,
+) -> str:
+    """The stable, readable id `<repository>::<snapshot>::<kind>::<qualified name>`.
+
+    A kind and qualified name defined more than once in a snapshot (a partial class, a
+    table created in two scripts) has no such id: each definition is `...@<path>` (at), and
+    the n-th one in the same file (n >= 2) `...@<path>#<n>` (occurrence).
+    """
+    plain = f"{repository}::{snapshot}::{kind}::{qualified_name}"
+    if at is None:
+        return plain
+    return f"{plain}@{at}" if occurrence == 1 else f"{plain}@{at}#{occurrence}"
 
 
 class NodeStore(Protocol):

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import StoreError
+from runtime.errors import StoreError, refuse_url
 from runtime.retrieval.node import Node, Scope, meta_token, node_id
 from runtime.retrieval.search import SearchPasses
 from runtime.retrieval.words import index_terms
@@ -150,6 +150,10 @@ _SCHEMA = [
         path TEXT NOT NULL, hash TEXT NOT NULL, extraction BLOB NOT NULL,
         PRIMARY KEY (repository, snapshot, path))""",
     "CREATE TABLE IF NOT EXISTS vectors (node INTEGER PRIMARY KEY, model TEXT NOT NULL, vector BLOB NOT NULL)",
+    # Which repository names each indexed tree (an absolute path) was stored under, so
+    # `runtime index PATH` without --repository reuses the name instead of storing a copy.
+    """CREATE TABLE IF NOT EXISTS roots (root TEXT NOT NULL, repository TEXT NOT NULL,
+        PRIMARY KEY (root, repository))""",
 ]
 
 
@@ -159,7 +163,10 @@ _RANK_CONFIG = "INSERT INTO nodes_fts (nodes_fts, rank) VALUES ('rank', 'bm25(4.
 
 # The layout written by this version; an index in another layout is rebuilt by the indexer
 # and refused by readers (INDEX_FORMAT). 2: edges WITHOUT ROWID, compressed extractions.
-INDEX_FORMAT = 2
+# 3: a name defined more than once keeps every definition (path-qualified ids, see
+# node_id), doc headings in the extraction summaries, SameName edges. A layout-2 index
+# holds collapsed nodes an incremental run would never restore, so it is rebuilt.
+INDEX_FORMAT = 3
 
 
 _COLS = (
@@ -190,6 +197,7 @@ class SqliteNodeStore(SearchPasses):
     """The embedded default store (one SQLite file)."""
 
     def __init__(self, path: str, *, create: bool = False) -> None:
+        refuse_url(path, "index")
         self.path = path
         if not create and not Path(path).is_file():
             raise StoreError(f"no index at {path}", code="INDEX_NOT_FOUND")
@@ -319,32 +327,34 @@ class SqliteNodeStore(SearchPasses):
         known: bool = True,
     ) -> int:
         """Replace every node of one file with encoded rows and extraction (see node_row,
-        encode_extraction); known=False: the file has no nodes yet (skips their deletion)."""
-        unique = list({row[0]: row for row in rows}.values())  # a later declaration wins
+        encode_extraction); known=False: the file has no nodes yet (skips their deletion).
+
+        Ids must be unique: an id held by another node (of this file or another) is an
+        INDEX_ERROR, never a silent replacement (the indexer names duplicate definitions
+        by their path, see node_id).
+        """
+        ids = [row[0] for row in rows]
+        if len(set(ids)) != len(ids):
+            twice = sorted({i for i in ids if ids.count(i) > 1})
+            raise StoreError(
+                f"{path}: two nodes have the id {twice[0]}; every node needs its own id",
+                code="INDEX_ERROR",
+            )
         with self._write() as db:
             if known:
                 self._delete_file(db, repository, snapshot, path)
-            # An id may belong to a node of another file (a partial class): it goes, whole,
-            # so no full-text row outlives its node.
-            clash: list[int] = []
-            for start in range(0, len(unique), 500):
-                ids = [r[0] for r in unique[start : start + 500]]
-                clash += [
-                    r[0]
-                    for r in db.execute(
-                        f"SELECT rowid FROM nodes WHERE id IN ({','.join('?' * len(ids))})", ids
-                    )
-                ]
-            self._delete_rowids(db, clash)
             # Row ids assigned here let each table take the whole file in one executemany.
             base = (db.execute("SELECT max(rowid) FROM nodes").fetchone()[0] or 0) + 1
-            db.executemany(
-                f"INSERT INTO nodes (rowid, {_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(base + i, *r[:13]) for i, r in enumerate(unique)],
-            )
+            try:
+                db.executemany(
+                    f"INSERT INTO nodes (rowid, {_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [(base + i, *r[:13]) for i, r in enumerate(rows)],
+                )
+            except sqlite3.IntegrityError as exc:
+                raise self._taken(db, ids, path, exc) from exc
             labels = [
                 (base + i, label)
-                for i, r in enumerate(unique)
+                for i, r in enumerate(rows)
                 if r[12] != "[]"
                 for label in json.loads(r[12])
             ]
@@ -352,13 +362,51 @@ class SqliteNodeStore(SearchPasses):
                 db.executemany("INSERT INTO node_labels VALUES (?, ?)", labels)
             db.executemany(
                 "INSERT INTO nodes_fts (rowid, name, body, meta) VALUES (?, ?, ?, ?)",
-                [(base + i, *r[13:]) for i, r in enumerate(unique)],
+                [(base + i, *r[13:]) for i, r in enumerate(rows)],
             )
             db.execute(
                 "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
                 (repository, snapshot, path, file_hash, extraction),
             )
-        return len(unique)
+        return len(rows)
+
+    @staticmethod
+    def _taken(db: sqlite3.Connection, ids: Sequence[str], path: str, exc: Exception) -> StoreError:
+        """The INDEX_ERROR for ids of which one is already held by another node."""
+        for nid in ids:
+            row = db.execute("SELECT path FROM nodes WHERE id = ?", (nid,)).fetchone()
+            if row:
+                return StoreError(
+                    f"{path}: the node id {nid} is already held by a node of {row[0]}",
+                    code="INDEX_ERROR",
+                )
+        return StoreError(f"{path}: cannot store its nodes: {exc}", code="INDEX_ERROR")
+
+    def rename_nodes(self, renames: Sequence[tuple[str, str]]) -> None:
+        """Give nodes new ids ((old, new) pairs; an old id no node holds is skipped).
+
+        Rows of every other table hang off the row id, so only `nodes` changes; edges are
+        the caller's to replace (the indexer resolves them again after renaming).
+        """
+        if not renames:
+            return
+        with self._write() as db:
+            for old, new in renames:
+                try:
+                    db.execute("UPDATE nodes SET id = ? WHERE id = ?", (new, old))
+                except sqlite3.IntegrityError as exc:
+                    raise self._taken(db, [new], f"renaming {old}", exc) from exc
+
+    def delete_nodes(
+        self, repository: str, snapshot: str, paths: Sequence[str]
+    ) -> set[tuple[str, str]]:
+        """Remove the nodes of files (their file rows stay); the (kind, qualified name)
+        of every node removed."""
+        keys: set[tuple[str, str]] = set()
+        with self._write() as db:
+            for path in paths:
+                keys |= self._delete_file(db, repository, snapshot, path)
+        return keys
 
     @staticmethod
     def _delete_rowids(db: sqlite3.Connection, rowids: Sequence[int]) -> None:
@@ -373,24 +421,26 @@ class SqliteNodeStore(SearchPasses):
 
     def _delete_file(
         self, db: sqlite3.Connection, repository: str, snapshot: str, path: str
-    ) -> None:
-        rowids = [
-            r[0]
-            for r in db.execute(
-                "SELECT rowid FROM nodes WHERE repository = ? AND snapshot = ? AND path = ?",
-                (repository, snapshot, path),
-            )
-        ]
-        self._delete_rowids(db, rowids)
+    ) -> set[tuple[str, str]]:
+        """Remove a file's nodes; the (kind, qualified name) of each."""
+        rows = db.execute(
+            "SELECT rowid, kind, qualified_name FROM nodes "
+            "WHERE repository = ? AND snapshot = ? AND path = ?",
+            (repository, snapshot, path),
+        ).fetchall()
+        self._delete_rowids(db, [r[0] for r in rows])
+        return {(r[1], r[2]) for r in rows}
 
-    def delete_file(self, repository: str, snapshot: str, path: str) -> None:
-        """Remove a file's nodes (the file was deleted)."""
+    def delete_file(self, repository: str, snapshot: str, path: str) -> set[tuple[str, str]]:
+        """Remove a file's nodes and its file row (the file was deleted); the (kind,
+        qualified name) of every node removed."""
         with self._write() as db:
-            self._delete_file(db, repository, snapshot, path)
+            keys = self._delete_file(db, repository, snapshot, path)
             db.execute(
                 "DELETE FROM files WHERE repository = ? AND snapshot = ? AND path = ?",
                 (repository, snapshot, path),
             )
+        return keys
 
     def replace_edges(
         self, repository: str, snapshot: str, edges: Iterable[tuple[str, str, str]]
@@ -415,6 +465,18 @@ class SqliteNodeStore(SearchPasses):
                 [(f, t, e, repository, snapshot) for f, t, e in sorted(new - old)],
             )
         return len(new)
+
+    def root_repositories(self, root: str) -> list[str]:
+        """The repository names a tree (its absolute path) was indexed under, sorted."""
+        rows = self.conn().execute(
+            "SELECT repository FROM roots WHERE root = ? ORDER BY repository", (root,)
+        )
+        return [r[0] for r in rows]
+
+    def record_root(self, root: str, repository: str) -> None:
+        """Remember that the tree at root (an absolute path) is indexed as repository."""
+        with self._write() as db:
+            db.execute("INSERT OR IGNORE INTO roots VALUES (?, ?)", (root, repository))
 
     def edge_count(self, repository: str, snapshot: str) -> int:
         """Edges of a repository snapshot."""

@@ -3,9 +3,10 @@ any-word BM25 passes, semantic search, and hybrid fusion."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -113,7 +114,37 @@ class SearchPasses:
         3. nodes with every informative word; 4. nodes with any word.
         Every pass ranks with BM25 inside FTS5 under the same scope and filters. Matching
         all words before any word is both more precise and far cheaper.
+
+        All of it reads one snapshot of the index (see `_snapshot`): the hidden labels
+        are read from the statistics and written into each MATCH expression, so a node
+        with a new label committed in between would otherwise be matched unfiltered.
         """
+        with self._snapshot():
+            return self._bm25_passes(query, scope, top_k, filters)
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """One read transaction over several statements: each sees the same index.
+
+        SQLite (WAL) fixes a read transaction's snapshot at its first read; the first
+        statement here is such a read, before the statistics are checked, so
+        `PRAGMA data_version`, the cached label list and every MATCH agree. Inside a
+        transaction already open on this connection, that one is the snapshot.
+        """
+        db = self.conn()
+        if db.in_transaction:
+            yield
+            return
+        db.execute("BEGIN")
+        try:
+            db.execute("SELECT 1 FROM nodes LIMIT 1").fetchall()  # fixes the snapshot now
+            yield
+        finally:
+            db.rollback()  # read-only: ending it is all there is to do
+
+    def _bm25_passes(
+        self, query: str, scope: Scope, top_k: int, filters: dict[str, Any] | None
+    ) -> list[dict[str, Any]]:
         passes: list[tuple[str, dict[str, Any] | None, int]] = [
             ("named", filters, (top_k + 1) // 2),
             ("joined", filters, top_k),

@@ -91,7 +91,7 @@ def test_set_variables_rules_apply_in_order_and_missing_from_fails():
             END,
         ]
     )
-    assert result.state["b"] == ["x", "y"] and result.output == ["x", "y"]
+    assert result.state["b"] == ["x", "y"] and result.output == {"final_answer": ["x", "y"]}
     failed = run(
         [
             {
@@ -321,8 +321,10 @@ def test_repeat_query_guard(reply, repeat):
 
 
 def test_finalize_sources_and_missing_answer():
-    assert run([{"id": "f", "action": "finalize"}], {"answer": "A"}).output == "A"
-    assert run([{"id": "f", "action": "finalize"}], {"last_model_response": "L"}).output == "L"
+    answer = run([{"id": "f", "action": "finalize"}], {"answer": "A"})
+    assert answer.output == {"final_answer": "A"}
+    last = run([{"id": "f", "action": "finalize"}], {"last_model_response": "L"})
+    assert last.output == {"final_answer": "L"}
     failed = run([{"id": "f", "action": "finalize"}], {"q": 1})
     assert failed.error.code == "VARIABLE_MISSING"
 
@@ -333,6 +335,7 @@ def test_load_conversation_history():
         {"id": "f", "action": "finalize", "source": "conversation_history"},
     ]
     turns = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
-    assert run(steps, {"history": turns}).output == [{"role": "assistant", "content": "b"}]
-    assert run(steps, {"q": 1}).output == []
+    last_turn = [{"role": "assistant", "content": "b"}]
+    assert run(steps, {"history": turns}).output == {"final_answer": last_turn}
+    assert run(steps, {"q": 1}).output == {"final_answer": []}
     assert run(steps, {"history": [{"role": "robot"}]}).error.code == "VARIABLE_TYPE"

@@ -1,5 +1,7 @@
 """The security scope of retrieval: repository, snapshot and allowed labels come from the
-run's inputs, else settings, and no model output, filter or graph walk widens them.
+run's inputs within what settings pin, and no model output, filter or graph walk widens
+them. (Hostile scope values, and inputs that try to widen a pinned scope, are in
+tests/adversarial/test_scope_widening.py.)
 
 The index here holds the sample codebase three times (repository `eshop` snapshots `main`
 and `v2`, repository `other` snapshot `main`) with four label levels on different files,
@@ -241,16 +243,17 @@ SETTINGS_SCOPE = {"repository": "other", "snapshot": "main", "allowed_labels": [
             SETTINGS_SCOPE,
         ),
         (
-            {"repository": "eshop", "snapshot": "v2", "allowed_labels": []},
-            {"repository": "eshop", "snapshot": "v2", "allowed_labels": []},
+            {"repository": "other", "snapshot": "main", "allowed_labels": []},
+            {"repository": "other", "snapshot": "main", "allowed_labels": []},
         ),
+        ({"repository": "other"}, SETTINGS_SCOPE),
         (
-            {"repository": "eshop"},
-            {"repository": "eshop", "snapshot": "main", "allowed_labels": ["secret"]},
+            {"allowed_labels": ["secret", "secret"]},
+            SETTINGS_SCOPE | {"allowed_labels": ["secret", "secret"]},
         ),
     ],
 )
-def test_run_inputs_win_over_settings_for_the_scope(index, inputs, scope):
+def test_run_inputs_narrow_what_settings_pin(index, inputs, scope):
     r = run(index, [search(top_k=1)], {"q": "usp_CancelOrder", **inputs}, **SETTINGS_SCOPE)
     assert search_event(r)["scope"] == scope
     visible = "secret" in scope["allowed_labels"]

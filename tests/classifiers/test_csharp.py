@@ -101,3 +101,33 @@ def test_every_overload_is_its_own_symbol():
     )
     names = [s.qualified_name for s in classifiers.extract(text, "A.cs").symbols]
     assert names == ["N", "N.A", "N.A.M", "N.A.M#2", "N.A.M#3", "N.A.A.ctor", "N.A.A.ctor#2"]
+
+
+def test_a_name_defined_in_several_files_is_one_candidate():
+    """A table in two scripts and a class in three partial files are not ambiguities."""
+    tables = [
+        classifiers.extract("CREATE TABLE sales.Orders (Id INT);\n", f"{folder}/Orders.sql")
+        for folder in ("Tables", "Migrations")
+    ]
+    proc = classifiers.extract("CREATE PROCEDURE dbo.usp_Touch AS UPDATE Orders SET Id = 1;\n")
+    parts = [
+        classifiers.extract(
+            f"namespace Shop;\npublic partial class Ledger {{ void P{i}() {{ }} }}\n"
+        )
+        for i in range(3)
+    ]
+    other = classifiers.extract("namespace Audit;\npublic class Ledger { }\n")
+    user = classifiers.extract(
+        "using Shop;\nusing Audit;\nnamespace App;\npublic class Book { private Ledger _l; }\n"
+    )
+    edges = {
+        (e.from_qn, e.edge_type, e.to_qn)
+        for e in classifiers.resolve([*tables, proc, *parts, other, user])
+    }
+    # `Orders` is read as dbo.Orders; no such table, so the bare name: one table, two files.
+    assert ("dbo.usp_Touch", "WritesTo", "sales.Orders") in edges
+    # Both Ledgers are in scope: each is a candidate once (the partial parts were three).
+    assert {e for e in edges if e[0] == "App.Book"} == {
+        ("App.Book", "References", "Shop.Ledger"),
+        ("App.Book", "References", "Audit.Ledger"),
+    }

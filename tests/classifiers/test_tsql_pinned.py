@@ -298,6 +298,7 @@ def test_procedure_body_references(procedure):
     }
     qn = "sales.usp_SettleOrder"
     assert edges(procedure) == [
+        (qn, "sales.LineList", "Uses", 7),  # the table-valued parameter's type
         (qn, "sales.Orders", "ReadsFrom", 7),
         (qn, "sales.Customers", "ReadsFrom", 7),
         (qn, "inventory.Stock", "ReadsFrom", 7),
@@ -346,6 +347,8 @@ def test_views_functions_triggers_and_their_batches(objects):
             {"name": "@ProductId", "type": "INT", "output": False},
             {"name": "@AsOf", "type": "DATE", "output": False},
         ],
+        "function_type": "scalar",
+        "returns": "INT",
         "reads": ["inventory.Stock"],
         "writes": [],
         "executes": [],

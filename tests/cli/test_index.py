@@ -118,7 +118,7 @@ def test_semantic_search_from_the_cli_with_the_real_model(
     )
     assert found.exit_code == 0, found.stderr
     hits = json.loads(found.stdout)["hits"]
-    assert "default::main::procedure::dbo.usp_CancelOrder" in [h["id"] for h in hits]
+    assert "Database::main::procedure::dbo.usp_CancelOrder" in [h["id"] for h in hits]
 
 
 def test_semantic_search_without_the_model_is_coded(runner, tmp_path, monkeypatch):
@@ -156,3 +156,66 @@ def test_files_not_in_utf8_are_noted(runner, tmp_path):
     result = runner.invoke(cli, ["index", str(src), "--index", str(tmp_path / "i.db")])
     assert result.exit_code == 0
     assert "1 file(s) were not UTF-8" in result.stderr and "p.sql: windows-1252" in result.stderr
+
+
+def tree(root: Path) -> Path:
+    """A small tree: two procedures of the sample."""
+    root.mkdir()
+    for name in ("usp_CancelOrder.sql", "usp_PlaceOrder.sql"):
+        (root / name).write_text((SAMPLE_ROOT / "Database" / "Procedures" / name).read_text())
+    return root
+
+
+def repositories(runner, idx: str) -> list[str]:
+    """The repository of each hit for "order" (the first part of a node id)."""
+    found = runner.invoke(cli, ["search", "order", "--index", idx, "--json"])
+    return [h["id"].split("::")[0] for h in json.loads(found.stdout)["hits"]]
+
+
+def test_indexing_a_tree_again_without_repository_keeps_its_name(runner, tmp_path):
+    src, idx = tree(tmp_path / "src"), str(tmp_path / "i.db")
+    first = runner.invoke(
+        cli, ["index", str(src), "--index", idx, "--repository", "shop", "--json"]
+    )
+    assert first.exit_code == 0 and json.loads(first.stdout)["nodes"] == 2
+    again = runner.invoke(cli, ["index", str(src), "--index", idx, "--json"])
+    assert again.exit_code == 0
+    assert json.loads(again.stdout)["nodes"] == 0  # unchanged: no second copy written
+    assert repositories(runner, idx) == ["shop", "shop"]
+
+
+def test_a_new_tree_is_named_after_its_folder(runner, tmp_path):
+    src, idx = tree(tmp_path / "billing"), str(tmp_path / "i.db")
+    done = runner.invoke(cli, ["index", str(src), "--index", idx])
+    assert done.exit_code == 0, done.stderr
+    assert repositories(runner, idx) == ["billing", "billing"]
+
+
+def test_several_paths_without_repository_are_refused(runner, tmp_path):
+    a, b, idx = tree(tmp_path / "a"), tree(tmp_path / "b"), tmp_path / "i.db"
+    result = runner.invoke(cli, ["index", str(a), str(b), "--index", str(idx)])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: REPOSITORY_REQUIRED: 2 paths and no --repository: name the repository they form",
+        "hint: Pass --repository NAME.",
+    ]
+    assert not idx.exists()
+
+
+def test_another_name_for_an_indexed_tree_is_said_and_then_must_be_chosen(runner, tmp_path):
+    src, idx = tree(tmp_path / "src"), str(tmp_path / "i.db")
+    assert (
+        runner.invoke(cli, ["index", str(src), "--index", idx, "--repository", "shop"]).exit_code
+        == 0
+    )
+    other = runner.invoke(cli, ["index", str(src), "--index", idx, "--repository", "eshop"])
+    assert other.exit_code == 0
+    assert other.stderr == (
+        f"warning: {src} is also indexed as repository shop; this stores another copy as 'eshop'\n"
+    )
+    which = runner.invoke(cli, ["index", str(src), "--index", idx])
+    assert which.exit_code == 2
+    assert which.stderr.splitlines()[0] == (
+        "error: REPOSITORY_REQUIRED: these paths are indexed as repositories eshop, shop; "
+        "say which with --repository"
+    )

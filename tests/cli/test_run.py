@@ -130,7 +130,9 @@ def test_exec_failure_exits_1_with_error_object(runner, files):
 
 def test_missing_input_is_coded(runner, files):
     result = runner.invoke(cli, ["exec", str(files / "p.yaml"), "--store", str(files / "r.db")])
-    assert result.exit_code == 1 and "INPUT_MISSING" in result.stderr
+    assert result.exit_code == 2  # an input error is the command line's, like usage: no run
+    assert result.stderr == "error: INPUT_MISSING: required input 'question' is missing\n"
+    assert not (files / "r.db").exists()
 
 
 def test_bad_input_syntax_is_usage_error(runner, files):

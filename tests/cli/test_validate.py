@@ -42,7 +42,7 @@ def test_errors_exit_1_with_positions(runner, test_registry):
 
 
 def test_usage_errors_exit_2(runner, tmp_path, test_registry):
-    assert runner.invoke(cli, ["validate", str(tmp_path / "missing.yaml")]).exit_code == 2
+    # A missing file is a FILE_NOT_FOUND diagnostic, exit 1 (tests/cli/test_ci_edges.py).
     assert runner.invoke(cli, ["validate", "--format", "xml", str(VALID)]).exit_code == 2
     assert runner.invoke(cli, ["validate"]).exit_code == 2
     empty = tmp_path / "empty"

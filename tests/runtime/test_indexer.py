@@ -163,7 +163,7 @@ def test_reindexing_keeps_the_full_text_index_consistent(tmp_path):
 
 
 def test_a_type_declared_in_two_files_leaves_no_stray_full_text_rows(tmp_path):
-    """`partial class` in two files: one node; re-indexing either file keeps FTS exact."""
+    """`partial class` in two files: a node per part; re-indexing either keeps FTS exact."""
     root = tmp_path / "src"
     root.mkdir()
     a = "namespace Shop;\npublic partial class Ledger\n{\n    public void Post() { }\n}\n"
@@ -179,8 +179,8 @@ def test_a_type_declared_in_two_files_leaves_no_stray_full_text_rows(tmp_path):
     nodes = db.execute("SELECT count(*) FROM nodes").fetchone()[0]
     fts = db.execute("SELECT count(*) FROM nodes_fts").fetchone()[0]
     assert nodes == fts
-    ids = [r[0] for r in db.execute("SELECT id FROM nodes WHERE kind = 'class'")]
-    assert ids == ["r::main::class::Shop.Ledger"]
+    ids = [r[0] for r in db.execute("SELECT id FROM nodes WHERE kind = 'class' ORDER BY id")]
+    assert ids == ["r::main::class::Shop.Ledger@A.cs", "r::main::class::Shop.Ledger@B.cs"]
 
 
 def test_progress_reports_reading_then_parsing(tmp_path):

@@ -506,4 +506,6 @@ def test_runs_are_listed_newest_first(tmp_path, runner):
     assert [r["run_id"] for r in json.loads(out.output)] == ["k", "a", "z"]
     text = runner.invoke(cli, ["runs", "--store", db])
     assert text.exit_code == 0, text.output
-    assert [line.split()[0] for line in text.output.splitlines()] == ["k", "a", "z", "m"]
+    header, *lines = text.output.splitlines()
+    assert header.split()[:2] == ["RUN", "ID"]
+    assert [line.split()[0] for line in lines] == ["k", "a", "z", "m"]

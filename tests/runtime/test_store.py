@@ -66,7 +66,9 @@ def mod(tmp_path, monkeypatch):
 def test_checkpoint_and_trace_are_stored(tmp_path, mod):
     store = SqliteRunStore(str(tmp_path / "runs.db"))
     result = Engine(mod.PIPELINE, registry=mod.REG, store=store).run({}, run_id="a")
-    assert result.status == "completed" and result.output == sum(n * n for n in range(1, 41))
+    assert result.status == "completed" and result.output == {
+        "final_answer": sum(n * n for n in range(1, 41))
+    }
     [row] = store.runs()
     assert (row["run_id"], row["status"], row["steps"]) == ("a", "completed", 41)
     types = [e["type"] for e in store.events("a")]
@@ -156,7 +158,7 @@ def test_twenty_concurrent_runs_in_threads(tmp_path, mod):
     for t in threads:
         t.join()
     assert len(results) == 20 and {r.status for r in results} == {"completed"}
-    assert len({r.output for r in results}) == 1
+    assert len({r.output["final_answer"] for r in results}) == 1
     assert {r["status"] for r in store.runs()} == {"completed"}
 
 

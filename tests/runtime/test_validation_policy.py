@@ -287,7 +287,9 @@ def test_finite_floats_are_numbers(tmp_path, registry):
         "steps:\n"
         "  - {id: a, action: sender, low: -0.5, high: 2.0, end: true}\n",
     )
-    assert runtime.validate(path, registry=registry).diagnostics == []
+    # No type error anywhere; the one warning says that nothing reads `budget`.
+    found = runtime.validate(path, registry=registry).diagnostics
+    assert [(d.code, d.path) for d in found] == [("SETTING_UNUSED", "$.settings.budget")]
 
 
 # --- enum values: the choices and a did-you-mean ------------------------------------------
@@ -398,6 +400,7 @@ def test_graph_fixture_every_check_at_its_position(registry):
     report = runtime.validate(str(path), registry=registry)
     assert {d.file for d in report.diagnostics} == {str(path)}
     assert _found(report.diagnostics) == [
+        (5, 3, "warning", "SETTING_UNUSED", "$.settings.budget"),
         (10, 26, "error", "SETTING_TYPE", "$.steps[0].count_from_settings"),
         (15, 15, "error", "UNKNOWN_STEP", "$.steps[1].routes.answer"),
         (24, 9, "error", "NO_TRANSITION", "$.steps[4].id"),
@@ -416,6 +419,12 @@ def test_graph_fixture_every_check_at_its_position(registry):
     ]
     prompts = INVALID / "prompts"
     assert _said(report.diagnostics) == [
+        (
+            5,
+            "SETTING_UNUSED",
+            "setting 'budget' is read by nothing in this pipeline",
+            "did you mean 'budgt'?",  # the name the misspelt reference asks for
+        ),
         (
             10,
             "SETTING_TYPE",
@@ -453,7 +462,7 @@ def test_graph_fixture_every_check_at_its_position(registry):
         (39, "INBOX_TARGET_UNKNOWN", "inbox rule targets unknown step 'nobody'", ""),
         (41, "DUPLICATE_STEP_ID", "step id 'start' is already used by step #1", ""),
     ]
-    assert (report.errors, report.warnings) == (11, 4)
+    assert (report.errors, report.warnings) == (11, 5)
 
 
 _NO_WAY_ON = "add `next:` or `end: true`"
@@ -688,7 +697,8 @@ def test_errors_exit_1_with_or_without_strict(files):
 def test_usage_errors_exit_2(files, tmp_path):
     runner = CliRunner()
     assert runner.invoke(cli, ["validate", "--format", "xml", files["clean"]]).exit_code == 2
-    assert runner.invoke(cli, ["validate", str(tmp_path / "none.yaml")]).exit_code == 2
+    # A missing file is a FILE_NOT_FOUND diagnostic (exit 1), not a usage error.
+    assert runner.invoke(cli, ["validate", str(tmp_path / "none.yaml")]).exit_code == 1
     assert runner.invoke(cli, ["validate", "--bogus", files["clean"]]).exit_code == 2
     for argv, status in (
         (["validate"], 2),
@@ -709,12 +719,12 @@ def test_validate_reports_every_file_in_one_report(registry):
     )
     assert isinstance(report, runtime.Report)
     assert report.files == [str(INVALID / "entry_unknown.yaml"), str(INVALID / "graph.yaml")]
-    assert (report.errors, report.warnings) == (12, 4)
+    assert (report.errors, report.warnings) == (12, 5)
     # Sorted by file, then line and column.
     assert [(Path(d.file).name, d.line) for d in report.diagnostics[:3]] == [
         ("entry_unknown.yaml", 3),
+        ("graph.yaml", 5),
         ("graph.yaml", 10),
-        ("graph.yaml", 15),
     ]
 
 
@@ -749,7 +759,7 @@ def test_load_raises_with_every_diagnostic(registry):
         (13, "ACTION_NOT_RUNNABLE", "action 'router' cannot run yet", ""),
         (34, "ACTION_NOT_RUNNABLE", "action 'sender' cannot run yet", ""),
     ]
-    assert len(err.diagnostics) == 17
+    assert len(err.diagnostics) == 18
     assert err.code == "SETTING_TYPE"
     assert err.exit_code == 2
     assert err.message == (
@@ -829,12 +839,12 @@ def test_text_rendering_by_hand(schema_diags):
         "`topic`: unquoted 'yes' is read as a boolean; a string is expected",
     ]
     j = lines.index(
-        "invalid/schema.yaml:24:9: warning UNREACHABLE_STEP "
-        "step 'bad id!' is never reached from 'first'"
+        "invalid/schema.yaml:36:9: warning UNREACHABLE_STEP "
+        "step 'orphan' is never reached from 'first'"
     )
     assert lines[j + 1 : j + 4] == [
-        '    24 |   - id: "bad id!"                   # expect: SCHEMA_PATTERN, UNREACHABLE_STEP',
-        "       |         ^^^^^^^^^",
+        "    36 |   - id: orphan                      # expect: UNREACHABLE_STEP",
+        "       |         ^^^^^^",
         "       = hint: Remove the step or route to it.",
     ]
     assert lines[-1] == "9 error(s), 1 warning(s)"
@@ -853,14 +863,14 @@ def test_json_rendering_by_hand(schema_diags):
         "path": "$.descripton",
         "hint": "did you mean 'description'?",
     }
-    assert obj["diagnostics"][8] == {
+    assert obj["diagnostics"][9] == {
         "code": "UNREACHABLE_STEP",
         "severity": "warning",
-        "message": "step 'bad id!' is never reached from 'first'",
+        "message": "step 'orphan' is never reached from 'first'",
         "file": "invalid/schema.yaml",
-        "line": 24,
+        "line": 36,
         "column": 9,
-        "path": "$.steps[4].id",
+        "path": "$.steps[6].id",
         "hint": "Remove the step or route to it.",
     }
 
@@ -876,9 +886,9 @@ def test_github_rendering_by_hand(schema_diags):
         "::error file=invalid/schema.yaml,line=16,col=5,title=SCHEMA_MISSING_FIELD::"
         "missing required field 'on_deny' in step 'third'"
     )
-    assert lines[8] == (
-        "::warning file=invalid/schema.yaml,line=24,col=9,title=UNREACHABLE_STEP::"
-        "step 'bad id!' is never reached from 'first' (hint: Remove the step or route to it.)"
+    assert lines[9] == (
+        "::warning file=invalid/schema.yaml,line=36,col=9,title=UNREACHABLE_STEP::"
+        "step 'orphan' is never reached from 'first' (hint: Remove the step or route to it.)"
     )
 
 
@@ -896,7 +906,7 @@ def test_sarif_rendering_by_hand(schema_diags):
     ]
     results = run["results"]
     assert len(results) == 10
-    missing, warning = results[5], results[8]
+    missing, warning = results[5], results[9]
     assert (missing["ruleId"], missing["ruleIndex"], missing["level"]) == (
         "SCHEMA_MISSING_FIELD",
         0,
@@ -904,7 +914,10 @@ def test_sarif_rendering_by_hand(schema_diags):
     )
     assert missing["message"] == {"text": "missing required field 'on_deny' in step 'third'"}
     where = missing["locations"][0]
-    assert where["physicalLocation"]["artifactLocation"] == {"uri": "invalid/schema.yaml"}
+    assert where["physicalLocation"]["artifactLocation"] == {
+        "uri": "invalid/schema.yaml",
+        "uriBaseId": "%SRCROOT%",
+    }
     # The step mapping spans from its first key to where the next item starts.
     assert where["physicalLocation"]["region"] == {
         "startLine": 16,
@@ -919,11 +932,11 @@ def test_sarif_rendering_by_hand(schema_diags):
         "warning",
     )
     assert warning["message"]["text"] == (
-        "step 'bad id!' is never reached from 'first' Hint: Remove the step or route to it."
+        "step 'orphan' is never reached from 'first' Hint: Remove the step or route to it."
     )
     assert warning["locations"][0]["physicalLocation"]["region"] == {
-        "startLine": 24,
+        "startLine": 36,
         "startColumn": 9,
-        "endLine": 24,
-        "endColumn": 18,
+        "endLine": 36,
+        "endColumn": 15,
     }

@@ -184,3 +184,36 @@ def test_check_settings_collects_every_problem():
     codes = sorted(e.code for e in check_settings(settings))
     assert codes == ["MODEL_CONFIG_INVALID", "MODEL_UNKNOWN"]
     assert check_settings(SETTINGS) == []
+
+
+def test_the_deadline_is_a_setting_and_bounds_the_timeouts_set_with_it():
+    base = {"provider": "openai", "model": "m", "base_url": "http://h/v1"}
+    assert config_from_spec("x", {"models": {"x": base}}).deadline_seconds == 120.0
+    tight = {**base, "deadline_seconds": 5, "timeout_seconds": 5}
+    assert config_from_spec("x", {"models": {"x": tight}}).deadline_seconds == 5.0
+    # The defaults (60 s per read, 10 s to connect) are not compared: only values one sets.
+    assert config_from_spec("x", {"models": {"x": {**base, "deadline_seconds": 2}}})
+    for entry, words in [
+        ({**base, "timeout_seconds": 300}, "timeout_seconds (300) exceeds deadline_seconds (120)"),
+        (
+            {**base, "deadline_seconds": 2, "connect_timeout_seconds": 3},
+            "connect_timeout_seconds (3) exceeds deadline_seconds (2)",
+        ),
+        ({**base, "deadline_seconds": 0}, "deadline_seconds must be a positive number"),
+        ({**base, "deadline_seconds": "1m"}, "deadline_seconds must be a positive number"),
+    ]:
+        with pytest.raises(ModelError) as info:
+            config_from_spec("x", {"models": {"x": entry}})
+        assert info.value.code == "MODEL_CONFIG_INVALID" and words in info.value.message
+
+
+@pytest.mark.parametrize(
+    "url", ["http://h/v1?api_key=hunter22", "http://h/v1/?key=hunter22&x=1", "http://h/v1#hunter22"]
+)
+def test_a_query_string_or_fragment_in_a_url_is_refused_without_being_echoed(url):
+    entry = {"provider": "openai", "model": "m", "base_url": url}
+    for spec, settings in (("x", {"models": {"x": entry}}), (f"openai:m@{url}", {})):
+        with pytest.raises(ModelError) as info:
+            config_from_spec(spec, settings)
+        assert info.value.code == "MODEL_CONFIG_INVALID" and "hunter22" not in info.value.message
+        assert "put the key in api_key_env" in info.value.message

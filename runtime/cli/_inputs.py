@@ -1,0 +1,117 @@
+"""Reading `--inputs FILE` and `--input NAME=VALUE` within a size and a nesting limit.
+
+The limits hold before anything large is in memory: the file is checked by `stat` and
+read with a bounded read (a FIFO or `/dev/zero` stops at the limit too), and nesting is
+measured by a linear scan before `json.loads`, which would otherwise recurse once per
+level and end in a RecursionError.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from runtime.errors import InputError
+
+DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB for the file and every --input value together
+DEFAULT_MAX_DEPTH = 64  # nested arrays and objects
+MAX_BYTES_ENV = "RUNTIME_MAX_INPUT_BYTES"
+MAX_DEPTH_ENV = "RUNTIME_MAX_INPUT_DEPTH"
+
+# A JSON string, escapes included; an unclosed one runs to the end, so no match is ever
+# retried. Brackets inside strings do not nest.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_SAME_BRACKETS = str.maketrans("{}", "[]")
+
+
+def json_depth(text: str, limit: int) -> int:
+    """How deeply arrays and objects nest in a JSON text (0 for a scalar); exact up to
+    limit, and some number above limit for a deeper text.
+
+    Linear passes in C, not one Python step per character: strings and everything but
+    brackets are dropped, then each pass removes the innermost level (every `[]`), at most
+    limit + 1 passes. Unclosed brackets count as levels.
+    """
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text)).translate(_SAME_BRACKETS)
+    if "[" * (limit + 1) in brackets:  # the common bomb, `[[[[...`, without any pass
+        return limit + 1
+    depth = 0
+    while depth <= limit and "[]" in brackets:
+        brackets = brackets.replace("[]", "")
+        depth += 1
+        if "[" * (limit + 1 - depth) in brackets:  # what is left nests too deep already
+            return limit + 1
+    return depth + brackets.count("[")
+
+
+def _too_large(what: str, size: int | str, limit: int) -> InputError:
+    return InputError(
+        f"{what} is {size} bytes, over the {limit}-byte input limit", code="INPUT_TOO_LARGE"
+    )
+
+
+def read_bounded(path: str, limit: int) -> bytes:
+    """The file's bytes, or INPUT_TOO_LARGE without reading more than limit + 1 of them."""
+    size = os.stat(path).st_size
+    if size > limit:  # a regular file says its size: refused before any read
+        raise _too_large(f"--inputs {path}", size, limit)
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)  # devices and pipes report no size: the read is bounded
+    if len(data) > limit:
+        raise _too_large(f"--inputs {path}", "more than " + str(limit), limit)
+    return data
+
+
+def _loads(text: str, what: str, max_depth: int) -> Any:
+    if json_depth(text, max_depth) > max_depth:
+        raise InputError(
+            f"{what} nests arrays and objects more than {max_depth} levels deep "
+            "(the input depth limit)",
+            code="INPUT_TOO_DEEP",
+        )
+    return json.loads(text)
+
+
+def parse_inputs(
+    pairs: tuple[str, ...],
+    inputs_file: str | None,
+    declared: Mapping[str, Any] | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+) -> dict[str, Any]:
+    """The input variables from an --inputs file and NAME=VALUE pairs (pairs win)."""
+    values: dict[str, Any] = {}
+    used = 0
+    if inputs_file:
+        raw = read_bounded(inputs_file, max_bytes)
+        used = len(raw)
+        try:
+            data = _loads(raw.decode("utf-8"), f"--inputs {inputs_file}", max_depth)
+        except ValueError as exc:  # UnicodeDecodeError is a ValueError too
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--inputs") from exc
+        if not isinstance(data, dict):
+            raise click.BadParameter("must hold a JSON object", param_hint="--inputs")
+        values.update(data)
+    for pair in pairs:
+        name, sep, raw_value = pair.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--input")
+        used += len(raw_value.encode("utf-8", "surrogatepass"))
+        if used > max_bytes:
+            raise _too_large(f"--input {name} (with the inputs before it)", used, max_bytes)
+        spec = (declared or {}).get(name)
+        if spec is not None and spec.type == "string":
+            values[name] = raw_value  # a declared string stays text, even when it looks like JSON
+            continue
+        try:
+            values[name] = _loads(raw_value, f"--input {name}", max_depth)
+        except ValueError:
+            values[name] = raw_value  # not JSON: the text itself
+    return values

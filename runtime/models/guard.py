@@ -1,0 +1,96 @@
+"""The boundary where model replies and errors leave the model layer: secrets scrubbed.
+
+Every provider `resolve_provider` builds is wrapped in `ScrubbingProvider`, so what a
+run stores, records and prints of a model call (the reply text, each streamed piece,
+an error's message) never holds a configured secret, whichever provider answered: a
+live server that echoes the key it was sent, or a cassette recorded before the key was
+scrubbed. The secrets are the values of every `api_key_env` in `settings.models`, the
+chosen model's, and `OPENAI_API_KEY`, read at each call (a rotated key is scrubbed too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from runtime.errors import StepRuntimeError
+from runtime.models.base import (
+    ChunkCallback,
+    ModelConfig,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+)
+from runtime.net.secrets import DEFAULT_KEY_ENV, Scrubber, env_secrets
+
+
+def key_variables(settings: Mapping[str, Any], config: ModelConfig | None = None) -> list[str]:
+    """The environment variables holding API keys: every model's api_key_env and the default."""
+    names = [DEFAULT_KEY_ENV]
+    if config is not None:
+        names.append(config.api_key_env)
+    models = settings.get("models")
+    if isinstance(models, Mapping):
+        for entry in models.values():
+            env = entry.get("api_key_env") if isinstance(entry, Mapping) else None
+            if isinstance(env, str):
+                names.append(env)
+    return list(dict.fromkeys(names))
+
+
+def scrubber_for(settings: Mapping[str, Any], config: ModelConfig | None = None) -> Scrubber:
+    """A scrubber holding the current values of every configured key."""
+    return Scrubber(env_secrets(key_variables(settings, config)))
+
+
+class ScrubbingProvider:
+    """Wraps a provider: replies, streamed pieces and errors come out without any secret."""
+
+    def __init__(self, inner: ModelProvider, settings: Mapping[str, Any]) -> None:
+        self.inner = inner
+        self.config = inner.config
+        self.settings = settings
+
+    def scrubber(self) -> Scrubber:
+        """The scrubber for this call (keys are read now, as the provider reads them)."""
+        return scrubber_for(self.settings, self.config)
+
+    def complete(
+        self, request: ModelRequest, *, on_chunk: ChunkCallback | None = None
+    ) -> ModelResponse:
+        """The inner provider's answer, scrubbed; a key split across pieces is held back."""
+        scrub = self.scrubber()
+        pieces = scrub.stream(on_chunk) if on_chunk is not None and scrub else None
+        try:
+            response = self.inner.complete(
+                request, on_chunk=pieces.feed if pieces is not None else on_chunk
+            )
+        except StepRuntimeError as exc:
+            if scrub:
+                # Scrubbed in place: the error keeps its class, code, details and cause.
+                exc.message = scrub.text(exc.message)
+                exc.args = (exc.message,)
+            raise
+        if pieces is not None:
+            pieces.flush()
+        if not scrub:
+            return response
+        return dataclasses.replace(
+            response,
+            text=scrub.text(response.text),
+            model=scrub.text(response.model),
+            finish_reason=scrub.text(response.finish_reason),
+        )
+
+    def close(self) -> None:
+        """Close the wrapped provider when it holds connections."""
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else (a replay's `remaining`, a provider's counters) is the inner one's.
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)

@@ -1,0 +1,6 @@
+﻿namespace CleanArchitecture.Domain.Constants;
+
+public abstract class Roles
+{
+    public const string Administrator = nameof(Administrator);
+}

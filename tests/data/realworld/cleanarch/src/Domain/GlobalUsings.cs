@@ -1,0 +1,6 @@
+﻿global using CleanArchitecture.Domain.Common;
+global using CleanArchitecture.Domain.Entities;
+global using CleanArchitecture.Domain.Enums;
+global using CleanArchitecture.Domain.Events;
+global using CleanArchitecture.Domain.Exceptions;
+global using CleanArchitecture.Domain.ValueObjects;

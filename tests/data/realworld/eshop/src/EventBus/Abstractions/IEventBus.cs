@@ -1,0 +1,6 @@
+﻿namespace eShop.EventBus.Abstractions;
+
+public interface IEventBus
+{
+    Task PublishAsync(IntegrationEvent @event);
+}

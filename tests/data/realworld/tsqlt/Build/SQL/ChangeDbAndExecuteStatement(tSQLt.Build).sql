@@ -1,0 +1,10 @@
+
+GO
+:OUT NUL:
+GO
+USE [$(DbName)];
+GO
+:OUT STDOUT
+GO
+$(ExecuteStatement)
+GO

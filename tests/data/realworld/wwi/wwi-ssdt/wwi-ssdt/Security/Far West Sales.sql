@@ -1,0 +1,3 @@
+﻿CREATE ROLE [Far West Sales]
+    AUTHORIZATION [dbo];
+

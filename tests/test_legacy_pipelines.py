@@ -1,0 +1,272 @@
+"""The older engine's pipelines (LocalAI-RAG, checked in under tests/data/legacy) validate and run.
+
+Every one of its ten YAML files goes through `runtime validate` unchanged: eight validate
+(with warnings for what nothing here acts on), the two genuinely broken ones each fail with
+one clear error. Its smoke pipeline runs offline end to end.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from runtime.cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+LEGACY = Path(__file__).resolve().parent / "data" / "legacy"
+E2E = LEGACY / "tests" / "e2e" / "data" / "pipelines"
+
+# The eight files that validate unchanged -> their warnings, by code.
+VALID = {
+    "pipelines/ada.yaml": {"COMMAND_UNSUPPORTED": 1, "SETTING_UNUSED": 6},
+    "pipelines/base/marian_rejewski_code_analysis_base.yaml": {
+        "COMMAND_UNSUPPORTED": 1,
+        "FIELD_IGNORED": 2,
+        "SETTING_UNUSED": 8,
+    },
+    "pipelines/chuck.yaml": {"COMMAND_UNSUPPORTED": 1, "SETTING_UNUSED": 6},
+    "pipelines/rejewski.yaml": {"COMMAND_UNSUPPORTED": 1, "FIELD_IGNORED": 2, "SETTING_UNUSED": 9},
+    "pipelines/rejewski_assesment.yaml": {
+        "COMMAND_UNSUPPORTED": 1,
+        "FIELD_IGNORED": 2,
+        "SETTING_UNUSED": 8,
+    },
+    "pipelines/shannon.yaml": {
+        "ACTION_NOT_YET_SUPPORTED": 3,
+        "COMMAND_UNSUPPORTED": 1,
+        "SETTING_UNUSED": 6,
+    },
+    "tests/e2e/data/pipelines/e2e_smoke.yaml": {"SETTING_UNUSED": 3},
+    "tests/e2e/data/pipelines/pipeline_pack.yaml": {"SETTING_UNUSED": 32},
+}
+BROKEN = {
+    "tests/e2e/data/pipelines/e2e_graph_search_expand_fetch.yaml": ("BUDGET_SETTING_MISSING", 66),
+    "tests/e2e/data/pipelines/e2e_scenarios_runner.yaml": ("YAML_NOT_A_PIPELINE", 1),
+}
+
+
+def validate(runner, path: Path) -> tuple[int, dict]:
+    result = runner.invoke(cli, ["validate", str(path), "--format", "json"])
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_of_the_older_engines_ten_files_eight_validate_and_two_are_broken(runner):
+    found = sorted(str(p.relative_to(LEGACY)) for p in LEGACY.rglob("*.yaml"))
+    assert found == sorted([*VALID, *BROKEN])
+    assert (LEGACY / "LICENSE").read_text().startswith("MIT License")
+    exits = {name: validate(runner, LEGACY / name)[0] for name in found}
+    assert exits == {**dict.fromkeys(VALID, 0), **dict.fromkeys(BROKEN, 1)}
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_eight_files_validate_unchanged(runner, name, monkeypatch, tmp_path):
+    # From an unrelated working directory: the prompts are found above the pipeline file.
+    monkeypatch.chdir(tmp_path)
+    code, report = validate(runner, LEGACY / name)
+    assert code == 0, report["diagnostics"]
+    assert report["errors"] == 0
+    assert {d["severity"] for d in report["diagnostics"]} <= {"warning"}
+    assert Counter(d["code"] for d in report["diagnostics"]) == Counter(VALID[name])
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_the_two_broken_files_each_get_one_clear_error(runner, name):
+    code, report = validate(runner, LEGACY / name)
+    assert code == 1
+    errors = [
+        (d["code"], d["file"], d["line"]) for d in report["diagnostics"] if d["severity"] == "error"
+    ]
+    assert errors == [(*BROKEN[name][:1], str(LEGACY / name), BROKEN[name][1])]
+
+
+def test_a_pipeline_without_the_budget_its_engine_demands(runner):
+    path = E2E / "e2e_graph_search_expand_fetch.yaml"
+    _, report = validate(runner, path)
+    found = [(d["severity"], d["code"], d["line"], d["message"]) for d in report["diagnostics"]]
+    # Its fetch_node_texts has no budget and settings.max_context_tokens is not set: the
+    # older engine fails there at run time too. The settings nothing reads are warnings.
+    assert found == [
+        (
+            "warning",
+            "SETTING_UNUSED",
+            6,
+            "setting 'behavior_version' (the older engine's behaviour lock version) is read "
+            "by nothing in this pipeline",
+        ),
+        (
+            "warning",
+            "SETTING_UNUSED",
+            7,
+            "setting 'compat_mode' (the older engine's lockfile mode) is read by nothing in "
+            "this pipeline",
+        ),
+        (
+            "warning",
+            "SETTING_UNUSED",
+            10,
+            "setting 'test' (the older engine's test-mode flag) is read by nothing in this "
+            "pipeline",
+        ),
+        (
+            "error",
+            "BUDGET_SETTING_MISSING",
+            66,
+            "no budget given and settings.max_context_tokens is not set (the default budget "
+            "is 70% of it)",
+        ),
+    ]
+
+
+def test_a_scenario_index_is_one_not_a_pipeline_error(runner):
+    _, report = validate(runner, E2E / "e2e_scenarios_runner.yaml")
+    [diag] = report["diagnostics"]
+    assert (diag["code"], diag["line"], diag["column"], diag["path"]) == (
+        "YAML_NOT_A_PIPELINE",
+        1,
+        1,
+        "$.YAMLpipelines",
+    )
+    assert diag["message"] == (
+        "YAMLpipelines holds no pipeline: none of its 5 entries has steps, extends or "
+        "settings (their fields: name, pipeline_file, pipeline_name, scenario_file); this "
+        "looks like an index of other files, such as the older engine's scenario runner list"
+    )
+
+
+def test_the_snapshot_trio_gets_one_diagnostic_each_and_cannot_run(runner, tmp_path):
+    path = LEGACY / "pipelines" / "shannon.yaml"
+    _, report = validate(runner, path)
+    trio = [(d["line"], d["message"]) for d in report["diagnostics"] if "fork" in d["message"]]
+    assert [
+        (d["severity"], d["line"])
+        for d in report["diagnostics"]
+        if d["code"] == ("ACTION_NOT_YET_SUPPORTED")
+    ] == [("warning", 40), ("warning", 44), ("warning", 65)]
+    assert trio[0] == (
+        40,
+        "action 'parallel_roads_action' of the older engine (opens a snapshot comparison for "
+        "fork_action and merge_action) is not supported yet: parallel branches are a planned "
+        "feature, so a run of this pipeline is refused",
+    )
+    # A run is refused before its first step: the same three, as errors, and no run.
+    store = tmp_path / "r.db"
+    result = runner.invoke(
+        cli, ["exec", str(path), "--input", "user_query=x", "--store", str(store)]
+    )
+    assert result.exit_code != 0
+    refused = [ln for ln in result.output.splitlines() if "ACTION_NOT_YET_SUPPORTED" in ln]
+    assert [ln.split(": error ")[0].rsplit(":", 2)[1] for ln in refused] == ["40", "44", "65"]
+    assert not store.exists()
+
+
+def test_prompts_are_found_the_older_engines_way_from_its_root(runner, monkeypatch):
+    # The older engine ran from its project root: prompts_dir relative to the working directory.
+    monkeypatch.chdir(LEGACY)
+    code, report = validate(runner, Path("tests/e2e/data/pipelines/e2e_smoke.yaml"))
+    assert code == 0 and [d["code"] for d in report["diagnostics"]] == ["SETTING_UNUSED"] * 3
+
+
+# --- the smoke pipeline, offline end to end ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    from click.testing import CliRunner
+
+    path = tmp_path_factory.mktemp("legacy") / "index.db"
+    result = CliRunner().invoke(
+        cli,
+        ["index", str(ROOT / "pipelines" / "sample" / "eshop"), "--index", str(path)],
+    )
+    assert result.exit_code == 0, result.output
+    return str(path)
+
+
+def smoke(runner, tmp_path, *extra: str) -> dict:
+    result = runner.invoke(
+        cli,
+        [
+            "exec",
+            str(E2E / "e2e_smoke.yaml"),
+            "--store",
+            str(tmp_path / "r.db"),
+            "--input",
+            "user_query=Where is the basket total computed?",
+            "--input",
+            "translate_chat=true",
+            # Nothing in this file writes context_blocks: call_model's state default
+            # (an empty list) stands in for the older engine's always-present variable.
+            "--json",
+            *extra,
+        ],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_the_smoke_pipeline_runs_offline_with_the_extractive_responder(runner, tmp_path):
+    out = smoke(runner, tmp_path)
+    assert (out["status"], out["error"]) == ("completed", None)
+    assert out["steps"] == [
+        "translate_in",
+        "load_history",
+        "call_router",
+        "handle_router",
+        "call_answer",
+        "handle_answer",
+        "set_answer_from_last_model_response",
+        "finalize",
+    ]
+    state = out["state"]
+    # No translator offline: the question is kept as asked, and the trace says so.
+    assert state["user_question_neutral"] == "Where is the basket total computed?"
+    assert state["answer_translated"] is None
+    assert state["final_answer"] == state["answer_neutral"] == state["last_model_response"]
+    assert state["final_answer"].startswith("No language model was used")
+    events = runner.invoke(
+        cli, ["trace", out["run_id"], "--store", str(tmp_path / "r.db"), "--format", "jsonl"]
+    )
+    assert events.exit_code == 0
+    [note] = [e for e in map(json.loads, events.stdout.splitlines()) if e["type"] == "TRANSLATE"]
+    assert (note["step_id"], note["translated"], note["reason"]) == (
+        "translate_in",
+        False,
+        "no translator is configured (a step `model:`, `use_main_model: true` or "
+        "settings.translator_model)",
+    )
+
+
+def test_the_smoke_pipeline_searches_and_answers_from_a_cassette(runner, tmp_path, index):
+    cassette = tmp_path / "smoke.jsonl"
+    cassette.write_text(
+        json.dumps({"step_id": "call_router", "response": "[BM25:] basket total"})
+        + "\n"
+        + json.dumps(
+            {"step_id": "call_answer", "response": "[Answer:] Basket.Total sums the lines."}
+        )
+        + "\n"
+    )
+    out = smoke(runner, tmp_path, "--model", f"replay:{cassette}", "--index", index)
+    assert out["status"] == "completed"
+    assert out["steps"] == [
+        "translate_in",
+        "load_history",
+        "call_router",
+        "handle_router",
+        "fetch",
+        "call_answer",
+        "handle_answer",
+        "set_answer_from_last_model_response",
+        "finalize",
+    ]
+    state = out["state"]
+    assert state["retrieval_mode"] == "bm25"
+    assert state["retrieval_query"] == "[BM25:] basket total"
+    assert state["retrieval_seed_nodes"][:1] == [
+        "eshop::main::method::Eshop.Core.Services.BasketService.Total"
+    ]
+    assert state["final_answer"] == "[Answer:] Basket.Total sums the lines."
