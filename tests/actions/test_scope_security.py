@@ -387,10 +387,11 @@ def test_hidden_seeds_are_neither_returned_nor_expanded(index):
         nid("table", "dbo.Customers"),
         nid("table", "dbo.Inventory"),
         nid("table", "dbo.OrderLines"),
+        nid("type", "dbo.OrderLineType"),  # its table-valued parameter's type
         nid("table", "dbo.Orders"),
     ]
     assert all(CANCEL not in (e["from_id"], e["to_id"]) for e in s["graph_edges"])
-    assert (s["graph_debug"]["seeds"], s["graph_debug"]["expanded"]) == (1, 5)
+    assert (s["graph_debug"]["seeds"], s["graph_debug"]["expanded"]) == (1, 6)
 
 
 @pytest.mark.parametrize(
