@@ -409,8 +409,7 @@ _XML_METHODS = {"value", "query", "exist", "modify", "nodes"}
 
 def _xml_method(name: str) -> bool:
     """`@data.value(...)`, `[Demographics].exist(...)`: a method of an xml value, no object."""
-    parts = [p for p in _NAME_PART.findall(name) if p.strip()]
-    return name.lstrip().startswith("@") or bare(parts[-1]).lower() in _XML_METHODS
+    return name.lstrip().startswith("@") or bare(name.rsplit(".", 1)[-1]).lower() in _XML_METHODS
 
 
 def references(body: str) -> SqlRefs:
@@ -1287,13 +1286,15 @@ def _object(
             "try_catch": refs.try_catch,
         }
     )
-    body_clean = blank(body)
-    sequences = list(
-        dict.fromkeys(normalize(s.group("name")) for s in _NEXT_VALUE.finditer(body_clean))
-    )
-    tested = list(
-        dict.fromkeys(normalize(t.group("name")) for t in _TEST_API.finditer(blank_comments(body)))
-    )
+    body_up = upper_ascii(body)  # substring gates: most bodies use no sequence, no tSQLt
+    sequences: list[str] = []
+    tested: list[str] = []
+    if "NEXT" in body_up:
+        found = _NEXT_VALUE.finditer(blank(body))
+        sequences = list(dict.fromkeys(normalize(s.group("name")) for s in found))
+    if "TSQLT" in body_up:
+        tests = _TEST_API.finditer(blank_comments(body))
+        tested = list(dict.fromkeys(normalize(t.group("name")) for t in tests))
     if sequences:
         sym.metadata["sequences"] = sequences
     if tested:
