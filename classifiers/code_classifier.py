@@ -63,6 +63,7 @@ _CS_FILE_SIGNALS = [
     ),
 ]
 _NOT_CS = [
+    ("php", re.compile(r"^\s*<\?php\b")),  # `namespace X;` and `use X;` parse as C#
     ("java package", re.compile(r"^\s*package\s+[\w.]+\s*;", re.M)),
     ("java import", re.compile(r"^\s*import\s+(java|javax|org|com)\.", re.M)),
     (
@@ -99,6 +100,7 @@ _GATES = {
     "attribute": ("[",),
     "async/await": ("await", "Task<"),
     "java keywords": ("extends", "implements", "throws", "@Override"),
+    "php": ("<?php",),
     "java package": ("package",),
     "java import": ("import",),
     "typescript/javascript": ("export", "import", "function", "const"),

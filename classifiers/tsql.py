@@ -1328,8 +1328,8 @@ def _script(b: _Builder, loose: list[tuple[int, str]], has_objects: bool) -> Non
         loose = [(s, bt) for s, bt in loose if _DOES_WORK.search(upper_ascii(blank(bt)))]
         if not loose:
             return
-    refs = [(start, batch, references(batch)) for start, batch in loose]
     if has_objects:
+        refs = [(start, batch, references(batch)) for start, batch in loose]
         refs = [
             (s, bt, r)
             for s, bt, r in refs
@@ -1337,8 +1337,11 @@ def _script(b: _Builder, loose: list[tuple[int, str]], has_objects: bool) -> Non
         ]
         if not refs:
             return
-    first, last = refs[0], refs[-1]
-    text = "\nGO\n".join(batch.strip("\n") for _, batch, _ in refs)
+        loose = [(s, bt) for s, bt, _ in refs]
+    text = "\nGO\n".join(batch.strip("\n") for _, batch in loose)
+    if not has_objects:  # one scan of the whole script, not one per batch
+        refs = [(loose[0][0], text, references(text))]
+    first, last = loose[0], loose[-1]
     name = PurePath(b.path).stem if b.path else "script"
     qn = f"SCRIPT::{b.path}" if b.path else "SCRIPT::script"
     reads = list(dict.fromkeys(n for _, _, r in refs for n in r.reads))

@@ -2,9 +2,12 @@
 
 It answers from the evidence blocks in the prompt: it ranks them by overlap with
 the question's terms (identifiers split at CamelCase and snake_case, lower case,
-stop words dropped, crudely stemmed), quotes the most relevant lines of the top
-three, cites their node ids and paths, and says plainly that no language model was
-used. The question is the last user message's `Question:` line outside the
+stop words dropped, crudely stemmed), ahead of prose the code objects that do what the
+question asks to the object it names (`which procedure writes Orders?`: a procedure
+whose body writes Orders) and the kind of node it names; it quotes the most relevant
+lines of the top three, states what a cited object does (`procedure Sales.usp_X writes
+Sales.Orders`), cites their node ids and paths, and says plainly that no language
+model was used. The question is the last user message's `Question:` line outside the
 evidence, else that message's text around the evidence.
 
 Asked for JSON (`json_mode`) it returns one well-formed object:
@@ -26,10 +29,12 @@ Deterministic: the same prompt always gets the same reply.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from runtime.models.base import ChunkCallback, ModelConfig, ModelRequest, ModelResponse
@@ -82,16 +87,170 @@ def key_terms(question: str) -> str:
     return " ".join(dict.fromkeys(kept))
 
 
+# Question words that ask what code does to an object (`which procedure writes Orders?`),
+# and the relation of the code's extraction that answers them.
+RELATION_WORDS = {
+    "writes": (
+        "write writes written writing insert inserts inserted inserting update updates "
+        "updated updating delete deletes deleted deleting modify modifies modified change "
+        "changes changed save saves saved store stores stored populate populates fill fills "
+        "load loads loaded merge merges"
+    ),
+    "reads": "read reads reading select selects query queries queried join joins fetch fetches",
+    "executes": "call calls called execute executes executed run runs invoke invokes",
+}
+_RELATION_OF = {w: rel for rel, words in RELATION_WORDS.items() for w in words.split()}
+# Score added to a block whose code does what the question asks to the object it names,
+# and to a block of the kind the question names: the object that answers outranks prose
+# that only mentions it.
+RELATION_BONUS = 6.0
+KIND_BONUS = 3.0
+
+
+@dataclass(frozen=True)
+class Fact:
+    """What one object in a block is and does: `procedure Sales.usp_X writes Sales.Orders`."""
+
+    kind: str
+    name: str
+    relations: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def line(self, asked: frozenset[str] = frozenset()) -> str:
+        """The fact as one line for the answer, the relations asked about first."""
+        ordered = sorted(self.relations, key=lambda r: r[0] not in asked)
+        done = "; ".join(f"{rel} {', '.join(names)}" for rel, names in ordered)
+        return f"{self.kind} {self.name}" + (f" {done}" if done else "")
+
+
+_COMPACT_RELATION = re.compile(r"^\s*-- (reads|writes|executes): (.+)$")
+_COMPACT_HEADER = re.compile(
+    r"^CREATE\s+(?:OR\s+ALTER\s+)?(PROC(?:EDURE)?|FUNCTION|VIEW|TRIGGER)\s+(\S+)", re.I
+)
+_EDGE_RELATION = {"WritesTo": "writes", "ReadsFrom": "reads", "Executes": "executes"}
+
+
+def _kind_of(block: Block) -> str:
+    """A block's node kind: its `kind` metadata, else the kind part of a node id
+    (`<repository>::<snapshot>::<kind>::<name>`)."""
+    if block.metadata.get("kind"):
+        return block.metadata["kind"]
+    parts = block.id.split("::")
+    return parts[2] if len(parts) >= 4 else ""
+
+
+@functools.lru_cache(maxsize=256)
+def _sql_facts(text: str, compact: bool) -> tuple[Fact, ...]:
+    """The objects of a SQL block and what each reads, writes and executes (a compact block
+    says so in `-- writes: ...` lines under each header)."""
+    if compact:
+        facts: list[Fact] = []
+        head: tuple[str, str] | None = None
+        rels: list[tuple[str, tuple[str, ...]]] = []
+        for line in [*text.splitlines(), "GO"]:
+            header = _COMPACT_HEADER.match(line)
+            relation = _COMPACT_RELATION.match(line)
+            if relation and head:
+                names = tuple(n.strip() for n in relation.group(2).split(","))
+                rels.append((relation.group(1), names))
+            elif header or line.strip() == "GO":
+                if head:
+                    facts.append(Fact(head[0], head[1], tuple(rels)))
+                kind = header.group(1).lower() if header else ""
+                head = (
+                    (("procedure" if kind.startswith("proc") else kind), header.group(2))
+                    if header
+                    else None
+                )
+                rels = []
+        return tuple(facts)
+    from classifiers import tsql
+
+    symbols, deps = tsql.extract(text)
+    out = []
+    for sym in symbols:
+        rels = []
+        for edge, rel in _EDGE_RELATION.items():
+            names = tuple(
+                dict.fromkeys(
+                    d.to_name
+                    for d in deps
+                    if d.from_qualified_name == sym.qualified_name and d.edge_type == edge
+                )
+            )
+            if names:
+                rels.append((rel, names))
+        out.append(Fact(sym.kind, sym.qualified_name, tuple(rels)))
+    return tuple(out)
+
+
+def facts(block: Block) -> tuple[Fact, ...]:
+    """What the objects of a SQL block do (other blocks: none)."""
+    if block.language != "sql" and not block.path.lower().endswith(".sql"):
+        return ()
+    return _sql_facts(block.text, block.compact)
+
+
+def _names_in(question: str) -> set[str]:
+    """Object names a question could mean: each word and dotted name, lower case, and the
+    singular of a plural (`Orders` also matches `Order`)."""
+    out: set[str] = set()
+    for word in re.findall(r"[A-Za-z_][\w.]*", question):
+        for name in {word.lower(), word.lower().split(".")[-1]}:
+            out.add(name)
+            if name.endswith("s"):
+                out.add(name[:-1])
+    return out
+
+
+def asked_relations(question: str) -> frozenset[str]:
+    """What a question asks code to do: writes, reads, executes."""
+    words = re.findall(r"[a-z]+", question.lower())
+    return frozenset(_RELATION_OF[w] for w in words if w in _RELATION_OF)
+
+
+def _answers(question: str, block: Block) -> list[Fact]:
+    """The facts of a block that do to an object named in the question what it asks."""
+    asked = asked_relations(question)
+    if not asked:
+        return []
+    names = _names_in(question)
+    return [
+        fact
+        for fact in facts(block)
+        if any(
+            rel in asked
+            and any(
+                target.lower() in names or target.lower().split(".")[-1] in names
+                for target in targets
+            )
+            for rel, targets in fact.relations
+        )
+    ]
+
+
 def rank(question: str, blocks: list[Block]) -> list[Block]:
-    """Blocks sharing terms with the question, most relevant first (earlier blocks win ties)."""
+    """Blocks sharing terms with the question, most relevant first (earlier blocks win ties).
+
+    A block whose code does what the question asks to the object it names (the procedure
+    that writes the table asked about) and a block of the kind the question names get a
+    bonus, so the object itself is cited before prose about it.
+    """
+    from runtime.retrieval.query import kinds_in
+
     wanted = set(terms(question))
+    kinds = set(kinds_in(question))
     scored = []
     for i, block in enumerate(blocks):
         have = terms(" ".join((block.id, block.path, block.text)))
         distinct = len(wanted & set(have))
         if distinct:
             hits = sum(1 for t in have if t in wanted)
-            scored.append((-(distinct * 2 + min(hits, 20) / 10), i, block))
+            score = distinct * 2 + min(hits, 20) / 10
+            if kinds and _kind_of(block) in kinds:
+                score += KIND_BONUS
+            if _answers(question, block):
+                score += RELATION_BONUS
+            scored.append((-score, i, block))
     return [block for *_, block in sorted(scored, key=lambda s: (s[0], s[1]))]
 
 
@@ -116,8 +275,11 @@ def answer_text(question: str, ranked: list[Block]) -> str:
         out.append(f"Question: {question}")
     out.append("Most relevant evidence:")
     top = ranked[:TOP_BLOCKS]
+    relations = asked_relations(question)
     for n, block in enumerate(top, start=1):
         out.append(f"{n}. [{block.id or '?'}] ({block.path or 'unknown path'})")
+        # What the cited object does, from its code: the answer to "which ... writes X".
+        out += [f"   = {fact.line(relations)}" for fact in _answers(question, block)]
         out += [f"   > {line}" for line in quote(question, block.text)]
     out += ["", "Sources: " + ", ".join(f"[{b.id or '?'}]" for b in top)]
     return "\n".join(out)

@@ -387,3 +387,90 @@ def test_records_primary_constructors_and_public_constants():
         "field",
         "public const string Administrator = …;",
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Laravel's Illuminate/Contracts/Support/Renderable.php (MIT): `namespace` and an
+        # interface parse as C#, but it is PHP.
+        "<?php\n\nnamespace Illuminate\\Contracts\\Support;\n\ninterface Renderable\n{\n"
+        "    /**\n     * Get the evaluated contents of the object.\n     *\n"
+        "     * @return string\n     */\n    public function render();\n}\n",
+        # SQL in another language's double-quoted strings is that language's data.
+        'import pyodbc\n\nconn = pyodbc.connect(CONN)\nrows = conn.execute("SELECT Id, Name FROM '
+        'dbo.Users WHERE Id = ?", 1).fetchall()\nconn.execute("INSERT INTO dbo.AuditLog (Message)'
+        ' VALUES (?)", "read")\n',
+        'String sql = "SELECT TOP 10 * FROM Sales.Orders";\n'
+        'stmt.executeUpdate("DELETE FROM Sales.Orders WHERE Id = 1");\n',
+    ],
+    ids=["php", "python", "java"],
+)
+def test_other_languages_holding_csharp_or_sql_shapes_stay_unknown(text):
+    assert classifiers.classify(text).kind == "UNKNOWN"
+    assert language_only(text) == "unknown"
+
+
+# --- the offline answer cites the object that answers --------------------------------
+
+
+def _block(rel: str, kind: str, qn: str, *, compact: bool = False) -> str:
+    from runtime.context.blocks import format_block
+
+    text = _read(rel)
+    return format_block(
+        {
+            "id": f"wwi::main::{kind}::{qn}",
+            "path": rel,
+            "language": "sql",
+            "text": classifiers.compact(text, "sql") if compact else text,
+        },
+        compact=compact,
+    )
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["full", "compact"])
+def test_the_extractive_answer_cites_the_procedure_that_writes_the_table(compact):
+    """Asked which procedure writes Sales.Orders, the offline responder cites the procedure
+    (and says what it writes) before a README paragraph that uses every word of the
+    question."""
+    from runtime.context.blocks import format_block
+    from runtime.models import ModelRequest, resolve_provider
+
+    readme = format_block(
+        {
+            "id": "wwi::main::doc::README.md#Orders",
+            "path": "README.md",
+            "text": "Orders: the website writes every order to the Sales.Orders table through a "
+            "stored procedure, and the orders procedure writes its lines too.",
+        }
+    )
+    blocks = [
+        readme,
+        _block(f"{WWI}/Application/Tables/Cities.sql", "table", "Application.Cities"),
+        _block(
+            f"{WWI}/Website/Stored Procedures/InsertCustomerOrders.sql",
+            "procedure",
+            "Website.InsertCustomerOrders",
+            compact=compact,
+        ),
+        _block(f"{WWI}/WebApi/Stored Procedures/DeleteCity.sql", "procedure", "WebApi.DeleteCity"),
+    ]
+    question = "Which procedure writes the Sales.Orders table?"
+    content = f"Question: {question}\n<evidence>\n" + "\n\n".join(blocks) + "\n</evidence>"
+    provider = resolve_provider(None, settings={})
+    text = provider.complete(
+        ModelRequest([{"role": "user", "content": content}], step_id="answer")
+    ).text
+    lines = text.split("\n")
+    assert lines[4] == (
+        "1. [wwi::main::procedure::Website.InsertCustomerOrders] "
+        f"({WWI}/Website/Stored Procedures/InsertCustomerOrders.sql)"
+    )
+    assert lines[5] == (
+        "   = procedure Website.InsertCustomerOrders writes Sales.Orders, Sales.OrderLines; "
+        "reads Warehouse.StockItems; executes Website.CalculateCustomerPrice"
+    )
+    assert "2. [wwi::main::doc::README.md#Orders] (README.md)" in lines
+    # DeleteCity writes a table, but not the one asked about: no fact line for it.
+    assert not any(line.startswith("   = procedure WebApi.DeleteCity") for line in lines)
