@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from actions._model_trace import trace_model_call
 from runtime.contract.action import Problem, StepContext
 from runtime.errors import ContextOverflowError, ModelError, RunError, StateError
 
@@ -167,16 +168,6 @@ def translate(ctx: StepContext, provider: Any, prompt: str, user: str, text: str
         metadata={"run_id": ctx.run_id},
     )
     response = provider.complete(request)
-    ctx.trace(
-        "MODEL_CALL",
-        model=response.model or provider.config.model,
-        provider=response.provider,
-        tokens_in=response.tokens_in,
-        tokens_out=response.tokens_out,
-        prompt_tokens=prompt_tokens,
-        latency_ms=response.latency_ms,
-        finish_reason=response.finish_reason,
-        messages=messages,
-    )
+    trace_model_call(ctx, provider, response, prompt_tokens, messages)
     reply = response.text.strip()
     return None if reply in DECLINED else reply

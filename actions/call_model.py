@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actions import _jsonish
+from actions._model_trace import trace_model_call
 from runtime.context.blocks import HEADER
 from runtime.contract.action import Action, Outcome, Problem, StepContext
 from runtime.errors import (
@@ -181,18 +182,7 @@ class CallModel(Action):
             metadata={"run_id": ctx.run_id, **metadata},
         )
         response = provider.complete(request, on_chunk=on_chunk)
-        ctx.trace(
-            "MODEL_CALL",
-            model=response.model or provider.config.model,
-            provider=response.provider,
-            tokens_in=response.tokens_in,
-            tokens_out=response.tokens_out,
-            prompt_tokens=prompt_tokens,
-            latency_ms=response.latency_ms,
-            finish_reason=response.finish_reason,
-            messages=messages,
-            **metadata,
-        )
+        trace_model_call(ctx, provider, response, prompt_tokens, messages, **metadata)
         text = response.text
         if json_mode:
             reply = _jsonish.read(text)

@@ -1,0 +1,30 @@
+"""The MODEL_CALL trace event, written the same way by every action that calls a model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime.contract.action import StepContext
+
+
+def trace_model_call(
+    ctx: StepContext,
+    provider: Any,
+    response: Any,
+    prompt_tokens: int,
+    messages: list[dict[str, Any]],
+    **extra: Any,
+) -> None:
+    """Record one model call: model, provider, token counts, latency, messages."""
+    ctx.trace(
+        "MODEL_CALL",
+        model=response.model or provider.config.model,
+        provider=response.provider,
+        tokens_in=response.tokens_in,
+        tokens_out=response.tokens_out,
+        prompt_tokens=prompt_tokens,
+        latency_ms=response.latency_ms,
+        finish_reason=response.finish_reason,
+        messages=messages,
+        **extra,
+    )
