@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime import codes
-from runtime.contract.action import Action, Transition
+from runtime.contract.action import Action
 from runtime.contract.registry import Registry
 from runtime.format.source import PathT
+from runtime.format.transitions import Edge, outgoing
 
 Step = Mapping[str, Any]
 
@@ -47,7 +48,7 @@ class Graph:
     steps: list[Step]
     actions: dict[str, type[Action] | None]
     ids: list[str]
-    edges: dict[str, list[tuple[Transition, PathT]]]
+    edges: dict[str, list[tuple[Edge, PathT]]]  # path: where the target step id is written
     pos: dict[str, int]
     unknown: set[str]  # steps not judged on flow: unknown action, or a value failed the schema
 
@@ -55,14 +56,14 @@ class Graph:
     def build(
         cls, steps: Sequence[Step], registry: Registry, doubtful: frozenset[int] = frozenset()
     ) -> Graph:
-        """Collect transitions of every step through its action's `targets`.
+        """Collect transitions of every step (short or long form) through `outgoing`.
 
         `doubtful`: indices of steps with a value that failed the schema (and was left
         out); like steps of unknown actions they may end, so no flow error cascades.
         """
         ids: list[str] = []
         actions: dict[str, type[Action] | None] = {}
-        edges: dict[str, list[tuple[Transition, PathT]]] = {}
+        edges: dict[str, list[tuple[Edge, PathT]]] = {}
         pos: dict[str, int] = {}
         unknown: set[str] = set()
         for i, step in enumerate(steps):
@@ -73,20 +74,9 @@ class Graph:
             pos[sid] = i
             action = registry.get(str(step.get("action")))
             actions[sid] = action
-            if action is None:
-                # Unknown action (reported elsewhere): read every on_* field as a branch so
-                # one typo does not cascade into flow errors.
+            if action is None or i in doubtful:
                 unknown.add(sid)
-                found = list(Action.targets(step)) + [
-                    Transition(k[3:], (k,), v)
-                    for k, v in step.items()
-                    if k.startswith("on_") and isinstance(v, str)
-                ]
-            else:
-                found = list(action.targets(step))
-                if i in doubtful:
-                    unknown.add(sid)
-            edges[sid] = [(t, ("steps", i, *t.path)) for t in found]
+            edges[sid] = [(e, ("steps", i, *e.path)) for e in outgoing(step, action)]
         return cls(list(steps), actions, ids, edges, pos, unknown)
 
     def successors(self, sid: str, *, with_catch: bool = True) -> list[str]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from runtime.format.access import mapping
 from runtime.format.compat import prompts_folder
 from runtime.format.files import read_bounded
+from runtime.format.transitions import target_of
 
 if TYPE_CHECKING:
     from runtime.format.source import SourceMap
@@ -38,9 +39,8 @@ class Step:
 
     @property
     def next(self) -> str | None:
-        """The default transition."""
-        value = self.config.get("next")
-        return value if isinstance(value, str) else None
+        """The default transition's step id (short or long form)."""
+        return target_of(self.config.get("next"))
 
 
 @dataclass(frozen=True)
