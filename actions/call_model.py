@@ -69,11 +69,7 @@ class CallModel(Action):
             "description": "Require a JSON reply (else INVALID_STRUCTURED_OUTPUT).",
         },
         "json_schema": {"type": "object", "description": "Expected reply shape (JSON Schema)."},
-        "fidelity": {
-            "enum": ["full", "truncate", "compact", "summary"],
-            "description": "How much of earlier context to carry (reserved).",
-        },
-        "thread_id": {"type": "string", "description": "Conversation thread key (reserved)."},
+        # fidelity and thread_id are step fields of every action (runtime/format/schema.py).
     }
     required = ("prompt_key",)
     reads = ("conversation_history",)

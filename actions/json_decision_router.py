@@ -8,6 +8,7 @@ from typing import Any
 
 from actions import _jsonish
 from runtime.contract.action import Action, Outcome, StepContext, Transition
+from runtime.format.transitions import target_schema
 
 DECISION_KEYS = ("decision", "route", "mode")
 
@@ -21,8 +22,9 @@ class JsonDecisionRouter(Action):
         "routes": {
             "type": "object",
             "minProperties": 1,
-            "additionalProperties": {"type": "string"},
-            "description": "Decision value -> step id (matched case-insensitively).",
+            "additionalProperties": target_schema(pattern=False),
+            "description": "Decision value -> step id or {step, fidelity, thread_id} (matched "
+            "case-insensitively).",
         },
         "on_other": {"type": "string", "description": "Step for unknown or unparsable decisions."},
         "source": {

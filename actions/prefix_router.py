@@ -6,6 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from runtime.contract.action import Action, Outcome, StepContext, Transition
+from runtime.format.transitions import target_schema
 
 
 class PrefixRouter(Action):
@@ -24,7 +25,7 @@ class PrefixRouter(Action):
                 "additionalProperties": False,
                 "properties": {
                     "prefix": {"type": "string", "minLength": 1},
-                    "next": {"type": "string"},
+                    "next": target_schema(pattern=False),
                 },
             },
         },

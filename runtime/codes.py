@@ -113,6 +113,22 @@ _CODES: list[Code] = [
         "A step names an action that is not registered.",
         "Run `runtime actions` to list the registered actions.",
     ),
+    Code(
+        "FIDELITY_UNKNOWN",
+        "schema",
+        "A fidelity (a step's, a transition's or settings.default_fidelity) is not one of the "
+        "six modes.",
+        "Use full, truncate, compact, summary:low, summary:medium or summary:high "
+        "(docs/fidelity.md).",
+    ),
+    Code(
+        "TRANSITION_UNKNOWN_KEY",
+        "schema",
+        "A long-form transition ({step: ...}) holds a key other than step, fidelity and "
+        "thread_id.",
+        "Write `{step: <id>, fidelity: <mode>, thread_id: <name>}`; other step settings go on "
+        "the target step.",
+    ),
     # --- graph and semantic checks ---------------------------------------------------
     Code(
         "ENTRY_STEP_MISSING",
@@ -153,6 +169,14 @@ _CODES: list[Code] = [
     Code("SETTING_TYPE", "graph", "A setting has the wrong type for the field that reads it."),
     Code("PROMPT_NOT_FOUND", "graph", "A prompt file named by `prompt_key` does not exist."),
     Code("INBOX_TARGET_UNKNOWN", "graph", "An inbox rule targets a step that does not exist."),
+    Code(
+        "THREAD_WITHOUT_FULL",
+        "graph",
+        "A thread is named (a step's or a transition's thread_id, or settings.default_thread) "
+        "where no arrival resolves the fidelity to `full`, so no call ever joins the thread.",
+        "Set `fidelity: full` on the step, on a transition into it or as "
+        "settings.default_fidelity, or remove the thread_id.",
+    ),
     Code(
         "ERROR_CODE_UNKNOWN",
         "graph",

@@ -288,6 +288,70 @@ def check_cycles(graph: Graph, settings: Mapping[str, Any]) -> Iterator[Finding]
         )
 
 
+def _fidelity(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def check_threads(graph: Graph, settings: Mapping[str, Any]) -> Iterator[Finding]:
+    """A thread named where no arrival resolves to `full` is never joined (a warning).
+
+    Fidelity on arrival: the transition's, else the step's, else settings.default_fidelity,
+    else compact (docs/fidelity.md); the entry step is arrived at with no transition.
+    """
+    default = _fidelity(settings.get("default_fidelity")) or "compact"
+    entry = settings.get("entry_step_id")
+    entry = entry if isinstance(entry, str) else (graph.ids[0] if graph.ids else None)
+    incoming: dict[str, list[Mapping[str, str]]] = {sid: [] for sid in graph.ids}
+    if entry in incoming:
+        incoming[entry].append({})
+    for sid in graph.ids:
+        for edge, _ in graph.edges[sid]:
+            if edge.target in incoming:
+                incoming[edge.target].append(edge.attrs)
+
+    def resolved(attrs: Mapping[str, str], sid: str) -> str:
+        own = _fidelity(graph.steps[_index_of(graph, sid)].get("fidelity"))
+        return attrs.get("fidelity") or own or default
+
+    any_full = False
+    for sid in graph.ids:
+        i = _index_of(graph, sid)
+        # An unreached step (reported on its own) is judged by its own fidelity.
+        modes = {resolved(a, sid) for a in incoming[sid] or [{}]}
+        any_full = any_full or "full" in modes
+        thread = graph.steps[i].get("thread_id")
+        if isinstance(thread, str) and "full" not in modes:
+            yield Finding(
+                "THREAD_WITHOUT_FULL",
+                f"step {sid!r} names thread {thread!r}, but every way into it resolves to "
+                f"{', '.join(sorted(modes))}, never full",
+                ("steps", i, "thread_id"),
+                severity="warning",
+            )
+        for edge, path in graph.edges[sid]:
+            thread = edge.attrs.get("thread_id")
+            if thread is None or edge.target not in incoming:
+                continue
+            mode = resolved(edge.attrs, edge.target)
+            if mode != "full":
+                yield Finding(
+                    "THREAD_WITHOUT_FULL",
+                    f"step {sid!r} {edge.label} -> {edge.target!r} names thread {thread!r}, but "
+                    f"the arrival resolves to {mode}, not full",
+                    (*path[:-1], "thread_id"),
+                    severity="warning",
+                )
+    thread = settings.get("default_thread")
+    if isinstance(thread, str) and graph.ids and not any_full:
+        yield Finding(
+            "THREAD_WITHOUT_FULL",
+            f"settings.default_thread {thread!r} is never used: no step is arrived at with "
+            "fidelity full",
+            ("settings", "default_thread"),
+            severity="warning",
+        )
+
+
 def check_inputs(inputs: Any, engine_owned: frozenset[str]) -> Iterator[Finding]:
     """Declared inputs may not take the name of an engine-owned field."""
     if not isinstance(inputs, Mapping):
@@ -433,6 +497,7 @@ def run_all(
     yield from check_inbox_targets(graph)
     yield from check_flow(graph, settings)
     yield from check_cycles(graph, settings)
+    yield from check_threads(graph, settings)
     yield from check_error_codes(steps)
     yield from check_settings_refs(steps, settings, registry)
     yield from check_actions(steps, settings, registry)

@@ -15,6 +15,7 @@ from runtime.contract.action import STEP_ID_PATTERN, VARIABLE_PATTERN, Action
 from runtime.contract.registry import Registry
 from runtime.format.compat import UI_FIELDS
 from runtime.format.pipeline import INPUT_TYPES
+from runtime.format.transitions import fidelity_schema, target_schema
 
 SCHEMA_ID = "https://step-runtime.dev/schemas/pipeline.schema.json"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -25,7 +26,8 @@ COMMON_STEP_FIELDS: dict[str, Any] = {
     "id": {"type": "string", "pattern": STEP_ID_PATTERN, "description": "Unique step id."},
     "action": {"type": "string", "description": "Registered action name (`runtime actions`)."},
     "description": {"type": "string", "description": "What this step is for."},
-    "next": {**_step_ref, "description": "Step to go to when the action chooses no branch."},
+    "next": target_schema("Step to go to when the action chooses no branch (a step id or "
+        "{step, fidelity, thread_id})."),
     "end": {"type": "boolean", "description": "Stop the run after this step."},
     "retry": {
         "type": "object",
@@ -57,9 +59,27 @@ COMMON_STEP_FIELDS: dict[str, Any] = {
     },
     "catch": {
         "type": "object",
-        "description": "Error code (or ALL) -> step id to go to when the step fails.",
+        "description": "Error code (or ALL) -> step id (or {step, fidelity, thread_id}) to go "
+        "to when the step fails.",
         "propertyNames": {"pattern": "^[A-Z][A-Z0-9_]*$"},
-        "additionalProperties": _step_ref,
+        "additionalProperties": target_schema(),
+    },
+    # Context fidelity (docs/fidelity.md): read by model steps, declared on any step so a
+    # group or thread can span steps of every kind.
+    "fidelity": fidelity_schema(
+        "How much of the run a model step carries in: full joins a thread, the others start "
+        "fresh with a preamble of that size (a transition's fidelity wins over this)."
+    ),
+    "thread_id": {
+        "type": "string",
+        "minLength": 1,
+        "description": "Thread a `full` step joins (wins over the transition's and the defaults).",
+    },
+    "group": {
+        "type": "string",
+        "minLength": 1,
+        "description": "A named group of steps; a `full` step with no other thread joins the "
+        "group's.",
     },
     **UI_FIELDS,
 }
@@ -88,6 +108,24 @@ SETTINGS_SCHEMA: dict[str, Any] = {
             "description": "Global step limit of a run (default 1000).",
         },
         "top_k": {"type": "integer", "minimum": 1, "description": "Default search result count."},
+        "default_fidelity": fidelity_schema(
+            "Fidelity of model steps that neither the transition taken nor the step sets "
+            "(default compact)."
+        ),
+        "default_thread": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Thread of `full` steps that name none (before the step's group).",
+        },
+        "fidelity": {
+            "type": "object",
+            "description": "Which variables preambles show: include (only these) and exclude.",
+            "properties": {
+                "include": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                "exclude": {"type": "array", "items": {"type": "string", "minLength": 1}},
+            },
+            "additionalProperties": False,
+        },
         "durability": {
             "type": "string",
             "enum": ["normal", "full"],
@@ -222,6 +260,12 @@ def action_def(action: type[Action]) -> dict[str, Any]:
     properties = dict(COMMON_STEP_FIELDS)
     properties["action"] = {"const": action.name, "description": action.summary}
     properties.update(action.fields)
+    for outcome in action.outcomes:  # a branch takes the long form too (docs/format.md)
+        declared = properties.get(f"on_{outcome}")
+        if declared is not None and declared.get("type") == "string":
+            properties[f"on_{outcome}"] = target_schema(
+                declared.get("description", ""), pattern="pattern" in declared
+            )
     schema: dict[str, Any] = {
         "type": "object",
         "title": action.name,

@@ -130,7 +130,7 @@ def short_config(step: Mapping[str, Any], action: type[Action] | None) -> dict[s
     for edge in outgoing(step, action):
         if not edge.long:
             continue
-        node = out
+        node: dict[Any, Any] = out
         rel = edge.path[:-1]  # the long form itself
         for seg in rel[:-1]:  # copy each container on the way, never the caller's
             child = node[seg]
@@ -147,27 +147,33 @@ def arrivals(
     return {(e.label, e.target): dict(e.attrs) for e in outgoing(step, action) if e.attrs}
 
 
-def target_schema(description: str = "") -> dict[str, Any]:
-    """The JSON Schema of a transition target: a step id, or the long form."""
-    schema: dict[str, Any] = {
-        "anyOf": [
-            {"type": "string", "pattern": STEP_ID_PATTERN},
-            long_form_schema(),
-        ]
-    }
+def target_schema(description: str = "", *, pattern: bool = True) -> dict[str, Any]:
+    """The JSON Schema of a transition target: a step id, or the long form.
+
+    `pattern=False` keeps a field that never checked the id's spelling (the `on_*` fields
+    and routes actions declare as plain strings) that way: a misspelt id stays UNKNOWN_STEP
+    with its did-you-mean, in either form.
+    """
+    ref: dict[str, Any] = {"type": "string"}
+    if pattern:
+        ref["pattern"] = STEP_ID_PATTERN
+    schema: dict[str, Any] = {"anyOf": [ref, long_form_schema(pattern=pattern)]}
     if description:
         schema["description"] = description
     return schema
 
 
-def long_form_schema() -> dict[str, Any]:
+def long_form_schema(*, pattern: bool = True) -> dict[str, Any]:
     """The long form: `{step, fidelity?, thread_id?}`, nothing else."""
+    step: dict[str, Any] = {"type": "string", "description": "Target step."}
+    if pattern:
+        step["pattern"] = STEP_ID_PATTERN
     return {
         "type": "object",
         "title": LONG_FORM_TITLE,
         "required": ["step"],
         "properties": {
-            "step": {"type": "string", "pattern": STEP_ID_PATTERN, "description": "Target step."},
+            "step": step,
             "fidelity": fidelity_schema("Fidelity of the target step when arrived at this way."),
             "thread_id": {
                 "type": "string",

@@ -24,6 +24,7 @@ from runtime.format.extends import FileCache, resolve
 from runtime.format.loader import BOOL_WORDS, BoolKey, PipelineDoc, gc_paused, has_pipeline_root
 from runtime.format.pipeline import Pipeline
 from runtime.format.source import LList, LMap, Location, PathT, SourceMap, json_path
+from runtime.format.transitions import LONG_FORM_TITLE, is_long_form
 
 _RANGE = {
     "minimum",
@@ -206,9 +207,16 @@ def _schema_errors(
             unfit = {c.relative_schema_path[0] for c in misfits}
             fitting = [c for c in e.context if c.relative_schema_path[0] not in unfit]
             if fitting:
+                outer, value = path, e.instance
                 e = best_match(fitting)
                 path = (*prefix, *e.absolute_path)
                 kind = e.validator
+                if is_long_form(value) and kind != "required":
+                    # A long form with a bad attribute still names its target: only the
+                    # attribute fails, so the edge stays in the graph (no cascade of flow errors).
+                    failed.discard(outer)
+                    if kind != "additionalProperties":  # unknown keys are added below
+                        failed.add(path)
             else:
                 any_of_types = [c.validator_value for c in misfits]
                 kind = "type"
@@ -226,6 +234,15 @@ def _schema_errors(
                         "YAML_BOOLEAN_KEY",
                         f"unquoted key {extra!r} is a boolean in YAML 1.1 and is not a field here",
                         kpath,
+                        key=True,
+                    )
+                elif e.schema.get("title") == LONG_FORM_TITLE:
+                    yield pos.diag(
+                        "TRANSITION_UNKNOWN_KEY",
+                        f"unknown key {extra!r} in a long-form transition "
+                        f"(allowed: {', '.join(allowed)})",
+                        kpath,
+                        hint=checks.did_you_mean(extra, allowed),
                         key=True,
                     )
                 else:
@@ -272,6 +289,8 @@ def _schema_errors(
                 else ""
             )
             code = "UNKNOWN_ACTION" if path[-1:] == ("action",) else "SCHEMA_ENUM"
+            if path[-1:] in (("fidelity",), ("default_fidelity",)) and kind == "enum":
+                code = "FIDELITY_UNKNOWN"  # a step's, a transition's or the pipeline default
             yield pos.diag(
                 code,
                 f"`{name}` must be one of {', '.join(map(str, choices))}; got {_short(e.instance)}",
