@@ -33,20 +33,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTS = ROOT / "tests" / "mutation" / "mutants"
-# Copied into each worker's tree; tests import product code from there (PYTHONPATH wins
-# over the editable install's finder, which sits after the path finder).
-COPIED = (
-    "runtime",
-    "actions",
-    "classifiers",
-    "pipelines",
-    "schemas",
-    "tests",
-    "docs",
-    "benchmarks",
-    "README.md",
-    "pyproject.toml",
-)
+# Everything at the top of the checkout is copied into each worker's tree (tests read
+# README.md, .pre-commit-hooks.yaml, .ci/...) except these: the repository, the venv, build
+# output and tool caches. Tests import product code from the copy (PYTHONPATH wins over
+# the editable install's finder, which sits after the path finder).
+NOT_COPIED = {
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    ".runtime",
+    ".hypothesis",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    ".grimp_cache",
+    ".import_linter_cache",
+}
 # Style tests kill mutants for formatting, not behaviour; slow tests are left to CI.
 PYTEST = [
     "-x",
@@ -124,8 +127,10 @@ def check_lists(mutants: list[Mutant]) -> list[str]:
 
 def _copy_tree(dest: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
-    for name in COPIED:
-        src = ROOT / name
+    for src in sorted(ROOT.iterdir()):
+        name = src.name
+        if name in NOT_COPIED or name.endswith(".egg-info"):
+            continue
         if src.is_dir():
             shutil.copytree(src, dest / name, ignore=ignore)
         elif src.is_file():
