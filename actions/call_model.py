@@ -10,7 +10,15 @@ from typing import Any
 from actions import _jsonish
 from actions._model_trace import trace_model_call
 from runtime.context.blocks import HEADER
-from runtime.contract.action import Action, Outcome, Problem, StepContext
+from runtime.contract.action import (
+    Action,
+    Outcome,
+    PipelineView,
+    Problem,
+    PromptEnvelope,
+    PromptSlot,
+    StepContext,
+)
 from runtime.errors import (
     ContextOverflowError,
     InvalidStructuredOutputError,
@@ -91,6 +99,45 @@ class CallModel(Action):
                 config_from_spec(name, settings)
             except ModelError as exc:
                 yield Problem(exc.code, exc.message, ("model",))
+
+    @classmethod
+    def output_bounds(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, int]:
+        """The reply is cut at max_output_tokens."""
+        return {"last_model_response": int(step.get("max_output_tokens", DEFAULT_MAX_OUTPUT))}
+
+    @classmethod
+    def prompt_envelope(
+        cls, step: Mapping[str, Any], settings: Mapping[str, Any], pipeline: PipelineView
+    ) -> PromptEnvelope | None:
+        """System prompt and template text fixed; each user part a slot; history unbounded."""
+        key = step.get("prompt_key")
+        path = pipeline.prompt_path(key) if isinstance(key, str) else None
+        fixed = [path.read_text(encoding="utf-8").strip()] if path is not None else []
+        slots = []
+        parts = step.get("user_parts")
+        for name, part in (parts if isinstance(parts, Mapping) else {}).items():
+            if not isinstance(part, Mapping) or not isinstance(part.get("source"), str):
+                continue
+            template = part.get("template", "{}")
+            fixed.append(str(template).replace("{}", "", 1))
+            # Evidence is framed; any part may be evidence, so the frame is its worst case.
+            frame = f"{EVIDENCE_NOTE}\n<evidence>\n\n</evidence>"
+            slots.append(
+                PromptSlot(f"user_parts.{name}", part["source"], frame, ("user_parts", name))
+            )
+        fixed.append("\n\n" * max(0, len(slots) - 1))
+        unbounded = ["conversation_history"] if step.get("use_history") else []
+        if step.get("fidelity", settings.get("default_fidelity")) == "full":
+            unbounded.append("thread (fidelity full)")
+        model = step.get("model")
+        return PromptEnvelope(
+            model=model if isinstance(model, str) else None,
+            fixed=tuple(fixed),
+            overhead_tokens=MESSAGE_OVERHEAD * (1 + (1 if slots else 0)),
+            slots=tuple(slots),
+            output_tokens=int(step.get("max_output_tokens", DEFAULT_MAX_OUTPUT)),
+            unbounded=tuple(unbounded),
+        )
 
     @staticmethod
     def render(value: Any) -> str:

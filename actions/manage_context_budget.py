@@ -99,6 +99,12 @@ class ManageContextBudget(Action):
 
         return classifiers.classify(str(item.get("text", ""))).language
 
+    @classmethod
+    def output_bounds(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, int]:
+        """context_blocks, joined, never exceed settings.max_context_tokens."""
+        limit = settings.get("max_context_tokens")
+        return {"context_blocks": limit} if isinstance(limit, int) else {}
+
     def run(self, ctx: StepContext) -> Outcome | None:
         """Append all incoming nodes (compacted per the rules) or none of them."""
         limit = int(ctx.settings["max_context_tokens"])

@@ -124,8 +124,7 @@ _CODES: list[Code] = [
     Code(
         "TRANSITION_UNKNOWN_KEY",
         "schema",
-        "A long-form transition ({step: ...}) holds a key other than step, fidelity and "
-        "thread_id.",
+        "A long-form transition ({step: ...}) holds a key other than step, fidelity and thread_id.",
         "Write `{step: <id>, fidelity: <mode>, thread_id: <name>}`; other step settings go on "
         "the target step.",
     ),
@@ -189,6 +188,21 @@ _CODES: list[Code] = [
     ),
     Code("BUDGET_SETTING_MISSING", "graph", "A budget falls back to a setting that is not set."),
     Code("BUDGET_CANNOT_FIT", "graph", "Budget settings that cannot fit together."),
+    Code(
+        "BUDGET_IMPOSSIBLE",
+        "graph",
+        "A model step's fixed prompt and reserved output alone exceed its model's window.",
+        "Shorten the system prompt or templates, lower max_output_tokens, or use a model with "
+        "a larger context_window (`runtime budget PIPELINE` shows the envelope).",
+    ),
+    Code(
+        "BUDGET_MAY_OVERFLOW",
+        "graph",
+        "A model step's prompt may exceed its model's window, and nothing handles the overflow "
+        "(a warning).",
+        "Bound the parts named (manage_context_budget, an input maxLength), set a "
+        "context_policy, or catch CONTEXT_OVERFLOW (`runtime budget PIPELINE`).",
+    ),
     Code("COMPACTION_RULE_INVALID", "graph", "A compaction rule is incomplete or out of range."),
     Code("RULE_INVALID", "graph", "A rule in a step's `rules` is malformed."),
     Code(
@@ -244,6 +258,12 @@ _CODES: list[Code] = [
     Code("INPUT_MISSING", "run", "A required pipeline input was not given."),
     Code("INPUT_UNKNOWN", "run", "An input was given that the pipeline does not declare."),
     Code("INPUT_TYPE", "run", "An input has the wrong type."),
+    Code(
+        "INPUT_TOO_LONG",
+        "run",
+        "A string input is longer than the `maxLength` its declaration allows.",
+        "Pass a shorter value, or raise the input's maxLength (it bounds the prompt statically).",
+    ),
     Code(
         "INPUT_TOO_LARGE",
         "run",

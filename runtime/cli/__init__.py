@@ -22,6 +22,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "schema": ("runtime.cli.schema", "schema", "Print the pipeline JSON Schema."),
     "graph": ("runtime.cli.graph", "graph", "Draw a pipeline's step graph (mermaid or dot)."),
+    "budget": (
+        "runtime.cli.budget",
+        "budget",
+        "Show each model step's worst-case prompt against its model's window.",
+    ),
     "actions": (
         "runtime.cli.actions",
         "actions",

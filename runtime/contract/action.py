@@ -13,6 +13,10 @@ An action is a class registered under a name (entry-point group
 - ``check``: cross-field rules a schema cannot express, as a generator of
   :class:`Problem` (a code, a message and a path relative to the step).
 - ``bounds_loops``: a cycle through such a step is bounded (``loop_guard``).
+- ``output_bounds``: the most tokens each variable it writes can hold, where the
+  action enforces a budget (``manage_context_budget``: ``max_context_tokens``);
+  ``prompt_envelope``: what a model step sends, as far as it is known before a run.
+  Validation's static budget checks (``runtime.format.budget``) read both.
 - ``terminal``: the action ends the run (``finalize``).
 - ``runnable``: False while only the schema exists; such a step fails validation
   for execution with ``ACTION_NOT_RUNNABLE``.
@@ -115,6 +119,34 @@ class Problem:
     key: bool = False  # point at the key rather than the value
 
 
+@dataclass(frozen=True)
+class PromptSlot:
+    """A variable part of a model prompt: the state variable rendered, and text added around it."""
+
+    label: str  # where it comes from in the step, e.g. "user_parts.question"
+    variable: str
+    wrapper: str = ""  # text the action may add around the value (an evidence frame)
+    path: Path = ()  # relative to the step
+
+
+@dataclass(frozen=True)
+class PromptEnvelope:
+    """What a model step sends, as far as it is known before a run (static budget checks).
+
+    ``fixed`` is text sent on every call (the system prompt, template text, joiners);
+    ``overhead_tokens`` the chat framing on top; ``slots`` the variable parts, whose size
+    comes from the bounds the writers of their variables declare (``Action.output_bounds``).
+    """
+
+    model: str | None
+    fixed: tuple[str, ...]
+    overhead_tokens: int
+    slots: tuple[PromptSlot, ...]
+    output_tokens: int
+    unbounded: tuple[str, ...] = ()  # parts with no static bound at all (a thread, history)
+    tokenizer: str | None = None  # None: the model's own
+
+
 class PipelineView(Protocol):
     """What an action sees of its pipeline (implemented by the format layer's Pipeline)."""
 
@@ -150,6 +182,10 @@ class StepContext(Protocol):
     inputs: Mapping[str, Any]
     messages: list[Message]
     attempt: int
+    # The transition taken into this step: `fidelity` / `thread_id` when its long form set
+    # them (else `{}`: the entry step, a short form), and the step it came from (None at entry).
+    arrival: Mapping[str, str]
+    arrival_from: str | None
 
     @property
     def pipeline(self) -> PipelineView:
@@ -229,6 +265,18 @@ class Action:
     def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:
         """Cross-field rules beyond the schema."""
         return iter(())
+
+    @classmethod
+    def output_bounds(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, int]:
+        """The most tokens each variable this step writes can hold (only those it bounds)."""
+        return {}
+
+    @classmethod
+    def prompt_envelope(
+        cls, step: Mapping[str, Any], settings: Mapping[str, Any], pipeline: PipelineView
+    ) -> PromptEnvelope | None:
+        """The prompt this step sends a model, statically; None when it calls no model."""
+        return None
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Execute one visit of the step."""

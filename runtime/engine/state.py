@@ -148,6 +148,12 @@ def apply_inputs(pipeline: Pipeline, inputs: Mapping[str, Any]) -> dict[str, Any
                 f"input {name!r} must be {spec.type}, got {type(values[name]).__name__}",
                 code="INPUT_TYPE",
             )
+        value = values[name]
+        if spec.max_length is not None and isinstance(value, str) and len(value) > spec.max_length:
+            raise InputError(
+                f"input {name!r} holds {len(value)} characters; its maxLength is {spec.max_length}",
+                code="INPUT_TOO_LONG",
+            )
     return values
 
 

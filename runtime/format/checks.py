@@ -365,6 +365,15 @@ def check_inputs(inputs: Any, engine_owned: frozenset[str]) -> Iterator[Finding]
                 hint="rename the input",
                 key=True,
             )
+        spec = inputs[name]
+        if isinstance(spec, Mapping) and "maxLength" in spec and spec.get("type") != "string":
+            yield Finding(
+                "INPUT_SPEC_INVALID",
+                f"input {name!r}: maxLength applies to `type: string` inputs only",
+                ("inputs", name, "maxLength"),
+                hint="declare `type: string`, or remove maxLength",
+                key=True,
+            )
 
 
 _CODE_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")  # the schema reports other spellings

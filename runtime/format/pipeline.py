@@ -53,6 +53,7 @@ class InputSpec:
     default: Any = None
     has_default: bool = False
     description: str = ""
+    max_length: int | None = None  # characters, for string inputs
 
 
 @dataclass
@@ -174,6 +175,9 @@ class Pipeline:
                     default=spec.get("default"),
                     has_default=has_default,
                     description=str(spec.get("description", "")),
+                    max_length=spec["maxLength"]
+                    if isinstance(spec.get("maxLength"), int)
+                    else None,
                 )
         inbox = mapping(data.get("inbox"))
         return cls(

@@ -216,6 +216,12 @@ INPUT_SCHEMA: dict[str, Any] = {
                 "required": {"type": "boolean"},
                 "default": {},
                 "description": {"type": "string"},
+                "maxLength": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Most characters a string input may hold (a run refuses a "
+                    "longer one with INPUT_TOO_LONG); bounds the input for static budget checks.",
+                },
             },
             "additionalProperties": False,
         },

@@ -504,6 +504,15 @@ def _semantic_pass(
                         f"prompt {key!r} not found under {prompts.prompts_dir}",
                         hint=f"create {prompts.prompts_dir / key}.md",
                     )
+        if ("steps",) not in failed and ("settings",) not in failed:
+            from runtime.format.budget import check_budgets
+
+            base_dir = str(prompts.base_dir)
+            inputs = data.get("inputs")
+            for f in check_budgets(
+                plain_steps, settings, registry, prompts, inputs, base_dir=base_dir
+            ):
+                emit(f.path, f.code, f.message, hint=f.hint, severity=f.severity)
     return out
 
 

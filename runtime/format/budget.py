@@ -1,0 +1,327 @@
+"""Static budget checks: the worst-case prompt of every model step, before a run.
+
+For each step whose action declares a prompt envelope (`Action.prompt_envelope`,
+`call_model`), the prompt is split into what is known before a run and what is not:
+
+- fixed: the system prompt file, template text and chat framing, counted with the real
+  tokenizer of the step's model, plus the reserved output (`max_output_tokens`);
+- bounded: variables every source of which has a static bound -- a step that enforces a
+  budget on what it writes (`Action.output_bounds`: `manage_context_budget` bounds
+  `context_blocks` by `max_context_tokens`, `fetch_node_texts` bounds `node_texts` by its
+  evidence budget, `call_model` bounds its reply by `max_output_tokens`), an input with
+  `maxLength`, an action default;
+- unbounded: everything else, named with the reason.
+
+The envelope is checked against the model's window (`runtime.models.config`): fixed
+alone over the window can never run (`BUDGET_IMPOSSIBLE`, an error); a prompt that may
+exceed it, with no `context_policy` and no `catch` of `CONTEXT_OVERFLOW`, is a warning
+naming the parts to bound (`BUDGET_MAY_OVERFLOW`).
+
+Counting is lazy: validation first tries the cheap bound (a token covers at least one
+UTF-8 byte) and loads the tokenizer only when that bound cannot decide;
+`runtime budget` always counts exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.contract.action import PipelineView, PromptEnvelope
+from runtime.contract.registry import Registry
+from runtime.format.access import mapping
+from runtime.format.checks import Finding
+
+# A token covers at least one UTF-8 byte, and a code point is at most four bytes.
+BYTES_PER_CHAR = 4
+_OVERFLOW_CODES = ("CONTEXT_OVERFLOW", "ALL")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The most tokens a variable can hold when a step reads it; None when nothing bounds it."""
+
+    tokens: int | None
+    why: str
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a prompt envelope: a slot's bound plus the text around it."""
+
+    label: str
+    variable: str
+    tokens: int | None  # None: unbounded
+    why: str
+
+
+@dataclass
+class StepBudget:
+    """The worst-case prompt of one model step against its model's window."""
+
+    step_id: str
+    index: int
+    model: str
+    window: int
+    tokenizer: str
+    fixed_tokens: int
+    output_tokens: int
+    parts: list[Part] = field(default_factory=list)
+    guard: str = ""  # "context_policy", "catch CONTEXT_OVERFLOW", or ""
+    exact: bool = True  # False: fixed_tokens is the byte bound (validation's fast path)
+
+    @property
+    def minimum(self) -> int:
+        """Tokens every call needs: fixed text, framing and the reserved output."""
+        return self.fixed_tokens + self.output_tokens
+
+    @property
+    def bounded_maximum(self) -> int:
+        """The minimum plus every bounded part at its bound."""
+        return self.minimum + sum(p.tokens or 0 for p in self.parts)
+
+    @property
+    def unbounded(self) -> list[Part]:
+        """Parts with no static bound."""
+        return [p for p in self.parts if p.tokens is None]
+
+    @property
+    def status(self) -> str:
+        """impossible | fits | may_overflow (bounded but over) | unbounded."""
+        if self.minimum > self.window:
+            return "impossible"
+        if self.unbounded:
+            return "unbounded"
+        return "fits" if self.bounded_maximum <= self.window else "may_overflow"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form `runtime budget --json` prints."""
+        return {
+            "step": self.step_id,
+            "model": self.model,
+            "window": self.window,
+            "tokenizer": self.tokenizer,
+            "fixed_tokens": self.fixed_tokens,
+            "output_tokens": self.output_tokens,
+            "minimum": self.minimum,
+            "bounded_maximum": self.bounded_maximum,
+            "parts": [
+                {"label": p.label, "variable": p.variable, "tokens": p.tokens, "why": p.why}
+                for p in self.parts
+            ],
+            "unbounded": [p.label for p in self.unbounded],
+            "guard": self.guard or None,
+            "status": self.status,
+        }
+
+
+def variable_bounds(
+    steps: Sequence[Mapping[str, Any]],
+    settings: Mapping[str, Any],
+    registry: Registry,
+    inputs: Any,
+) -> dict[str, Bound]:
+    """Each variable's bound: the largest over all its sources (inputs, defaults, writers).
+
+    Every writer counts, whatever the order of the steps: a variable is bounded only
+    when no path through the graph can fill it past the bound.
+    """
+    from runtime.context.tokens import get_counter
+
+    sources: dict[str, list[Bound]] = {}
+    counter: Any = None
+
+    def add(name: str, bound: Bound) -> None:
+        sources.setdefault(name, []).append(bound)
+
+    for name, spec in mapping(inputs).items():
+        spec = {"type": spec} if isinstance(spec, str) else mapping(spec)
+        limit = spec.get("maxLength")
+        if spec.get("type") == "string" and isinstance(limit, int):
+            add(
+                str(name),
+                Bound(limit * BYTES_PER_CHAR, f"input {name} has maxLength {limit}"),
+            )
+        else:
+            add(str(name), Bound(None, f"input {name} has no maxLength"))
+    seen: set[str] = set()
+    for step in steps:
+        action = step.get("action")
+        cls = registry.get(action) if isinstance(action, str) else None
+        if cls is None:
+            continue
+        sid = step.get("id", "?")
+        if cls.name not in seen:
+            seen.add(cls.name)
+            for name, value in cls.defaults.items():
+                if counter is None:
+                    counter = get_counter(str(settings.get("tokenizer", "cl100k_base")))
+                text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+                add(name, Bound(counter.count(text), f"default of {cls.name}"))
+        declared = cls.output_bounds(step, settings)
+        for name, tokens in declared.items():
+            add(name, Bound(tokens, f"step {sid} ({cls.name}) keeps it within {tokens}"))
+        for name in cls.writes:
+            if name not in declared:
+                add(name, Bound(None, f"step {sid} ({cls.name}) writes it unbounded"))
+    out: dict[str, Bound] = {}
+    for name, found in sources.items():
+        loose = [b for b in found if b.tokens is None]
+        if loose:
+            out[name] = loose[0]
+        else:
+            out[name] = max(found, key=lambda b: b.tokens or 0)
+    return out
+
+
+def envelopes(
+    steps: Sequence[Mapping[str, Any]],
+    settings: Mapping[str, Any],
+    registry: Registry,
+    pipeline: PipelineView,
+    inputs: Any = None,
+    *,
+    exact: bool = True,
+    base_dir: str | None = None,
+) -> list[StepBudget]:
+    """The envelope of every model step; exact=False counts only when bytes cannot decide."""
+    from runtime.errors import ModelError
+    from runtime.models import config_from_spec
+
+    bounds: dict[str, Bound] | None = None
+    out: list[StepBudget] = []
+    for i, step in enumerate(steps):
+        name = step.get("action")
+        cls = registry.get(name) if isinstance(name, str) else None
+        if cls is None:
+            continue
+        envelope = cls.prompt_envelope(step, settings, pipeline)
+        if envelope is None:
+            continue
+        spec = envelope.model or settings.get("default_model") or "extractive"
+        try:
+            config = config_from_spec(spec, settings, base_dir=base_dir, spec_dir=base_dir)
+        except ModelError:
+            continue  # reported by the model checks
+        if bounds is None:
+            bounds = variable_bounds(steps, settings, registry, inputs)
+        out.append(
+            _measure(step, i, envelope, config, bounds, settings, exact=exact, model=str(spec))
+        )
+    return out
+
+
+def _measure(
+    step: Mapping[str, Any],
+    index: int,
+    envelope: PromptEnvelope,
+    config: Any,
+    bounds: Mapping[str, Bound],
+    settings: Mapping[str, Any],
+    *,
+    exact: bool,
+    model: str,
+) -> StepBudget:
+    tokenizer = envelope.tokenizer or config.tokenizer
+    texts = [*envelope.fixed, *(s.wrapper for s in envelope.slots)]
+    size = sum(len(t.encode("utf-8")) for t in texts)
+    slot_bounds = [bounds.get(s.variable) for s in envelope.slots]
+    cheap_max = (
+        size
+        + envelope.overhead_tokens
+        + envelope.output_tokens
+        + sum(b.tokens or 0 for b in slot_bounds if b is not None)
+    )
+    # The byte bound decides when the fixed text cannot fill the window and either a part
+    # is unbounded (a warning needs no count) or every part fits; only an undecided step
+    # pays for the tokenizer.
+    all_bounded = not envelope.unbounded and all(
+        b is not None and b.tokens is not None for b in slot_bounds
+    )
+    cheap_min = size + envelope.overhead_tokens + envelope.output_tokens
+    window = config.context_window
+    counted = exact or cheap_min > window or (all_bounded and cheap_max > window)
+    if counted:
+        from runtime.context.tokens import get_counter
+
+        count = get_counter(tokenizer).count
+    else:
+        count = _byte_count
+    fixed = sum(count(t) for t in envelope.fixed) + envelope.overhead_tokens
+    parts = []
+    for slot, bound in zip(envelope.slots, slot_bounds, strict=True):
+        if bound is None:
+            why = f"{slot.variable}: an undeclared input or set at run time, unbounded"
+            parts.append(Part(slot.label, slot.variable, None, why))
+        elif bound.tokens is None:
+            parts.append(Part(slot.label, slot.variable, None, bound.why))
+        else:
+            extra = count(slot.wrapper) if slot.wrapper else 0
+            parts.append(Part(slot.label, slot.variable, bound.tokens + extra, bound.why))
+    parts += [Part(label, "", None, "no static bound") for label in envelope.unbounded]
+    return StepBudget(
+        step_id=str(step.get("id", "?")),
+        index=index,
+        model=model,
+        window=config.context_window,
+        tokenizer=tokenizer,
+        fixed_tokens=fixed,
+        output_tokens=envelope.output_tokens,
+        parts=parts,
+        guard=_guard(step, settings),
+        exact=counted,
+    )
+
+
+def _byte_count(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _guard(step: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
+    """What handles an overflow at run time: a context policy, a catch, or nothing."""
+    policy = step.get("context_policy", settings.get("context_policy"))
+    enabled = isinstance(policy, Mapping) and policy.get("enabled", True) is not False
+    if enabled and policy.get("dry_run") is not True:  # a dry run changes no prompt
+        return "context_policy"
+    catch = mapping(step.get("catch"))
+    for code in _OVERFLOW_CODES:
+        if code in catch:
+            return f"catch {code}"
+    return ""
+
+
+def check_budgets(
+    steps: Sequence[Mapping[str, Any]],
+    settings: Mapping[str, Any],
+    registry: Registry,
+    pipeline: PipelineView,
+    inputs: Any = None,
+    *,
+    base_dir: str | None = None,
+) -> Iterator[Finding]:
+    """BUDGET_IMPOSSIBLE and BUDGET_MAY_OVERFLOW findings, positioned at each model step."""
+    for b in envelopes(steps, settings, registry, pipeline, inputs, exact=False, base_dir=base_dir):
+        path = ("steps", b.index, "id")
+        where = f"step {b.step_id!r} on {b.model} ({b.window}-token window)"
+        status = b.status
+        if status == "impossible":
+            yield Finding(
+                "BUDGET_IMPOSSIBLE",
+                f"{where}: the fixed prompt ({b.fixed_tokens} tokens) and the reserved output "
+                f"({b.output_tokens}) need {b.minimum} tokens before any variable part",
+                path,
+            )
+        elif status in ("unbounded", "may_overflow") and not b.guard:
+            if status == "unbounded":
+                names = ", ".join(f"{p.label} ({p.why})" for p in b.unbounded)
+                message = f"{where}: the prompt has unbounded parts: {names}"
+            else:
+                largest = sorted(b.parts, key=lambda p: -(p.tokens or 0))[:3]
+                names = ", ".join(f"{p.label} up to {p.tokens}" for p in largest)
+                message = (
+                    f"{where}: the prompt may reach {b.bounded_maximum} tokens "
+                    f"with its output ({names})"
+                )
+            yield Finding("BUDGET_MAY_OVERFLOW", message, path, severity="warning")
