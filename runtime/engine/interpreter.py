@@ -15,6 +15,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from runtime.contract.action import Action, Outcome
@@ -22,7 +23,7 @@ from runtime.contract.registry import Registry, default_registry
 from runtime.engine.inbox import Inbox
 from runtime.engine.services import Services
 from runtime.engine.state import RunState, action_defaults, apply_inputs, initial_variables
-from runtime.engine.step_context import Context
+from runtime.engine.step_context import NO_ARRIVAL, Context
 from runtime.engine.trace import Tracer, summarize
 from runtime.errors import (
     MaxStepsExceededError,
@@ -34,6 +35,7 @@ from runtime.errors import (
 from runtime.format.access import mapping
 from runtime.format.compat import NOT_YET_SUPPORTED, not_yet_supported_message
 from runtime.format.pipeline import Pipeline, Step
+from runtime.format.transitions import arrivals, short_config
 
 _MODEL_CODES = frozenset(
     {"MODEL_RATE_LIMITED", "MODEL_TIMEOUT", "MODEL_PROVIDER_ERROR", "INVALID_STRUCTURED_OUTPUT"}
@@ -86,6 +88,9 @@ class _Position:
     state: RunState
     inbox: Inbox
     store_kw: dict[str, Any] = field(default_factory=dict)  # the run's durability, if chosen
+    # The transition taken into step_id (ctx.arrival / ctx.arrival_from); checkpointed.
+    arrival: Mapping[str, str] = field(default_factory=lambda: NO_ARRIVAL)
+    arrival_from: str | None = None
 
 
 _clock = time.perf_counter
@@ -97,6 +102,7 @@ class _Plan:
 
     __slots__ = (
         "action",
+        "arrivals",
         "attempts",
         "branches",
         "config",
@@ -111,14 +117,20 @@ class _Plan:
         self.step = step
         self.step_id = step.id
         self.action = action
-        self.config = step.config
+        # Actions see short-form targets only (routers return step ids); the long forms'
+        # attributes are kept per (label, target) for the step arrived at.
+        self.config = short_config(step.config, type(action))
+        self.arrivals: dict[tuple[str, str], Mapping[str, str]] = {
+            key: MappingProxyType(attrs)
+            for key, attrs in arrivals(step.config, type(action)).items()
+        }
         self.retry = mapping(step.config.get("retry"))
         self.attempts = int(self.retry.get("max_attempts", 1))
         self.end = step.end
         self.next = step.next
         self.branches = {
             key[3:]: value
-            for key, value in step.config.items()
+            for key, value in self.config.items()
             if key.startswith("on_") and isinstance(value, str)
         }
 
@@ -227,17 +239,21 @@ class Engine:
         inbox = Inbox.from_dict(engine.get("inbox", {}))
         tracer = Tracer(run_id, seq=saved["event_seq"], listeners=[on_event] if on_event else [])
         position = saved["position"]
+        arrived = mapping(engine.get("arrival"))
+        arrival: Mapping[str, str] = MappingProxyType(dict(mapping(arrived.get("attrs"))))
+        arrival_from = arrived.get("from")
         if saved.get("fresh"):  # killed before its first checkpoint: start from the entry
             state.variables = initial_variables(
                 self.defaults, apply_inputs(self.pipeline, saved["inputs"])
             )
             position = self.pipeline.entry_step_id
+            arrival, arrival_from = NO_ARRIVAL, None
         # A resumed run keeps the durability it was started with, unless told otherwise.
         chosen = self.durability or saved.get("durability")
         store_kw = {"durability": chosen} if chosen else {}
         self.store.set_status(run_id, "running", **store_kw)
         tracer.emit("RUN_RESUMED", None, position=position, forced=force)
-        pos = _Position(position, state, inbox, store_kw)
+        pos = _Position(position, state, inbox, store_kw, arrival, arrival_from)
         return self._drive(run_id, pos, tracer, saved["inputs"], max_steps, cancel)
 
     # --- loop ----------------------------------------------------------------
@@ -322,6 +338,7 @@ class Engine:
         else:
             messages = []
         attempt = 1
+        ctx.arrival, ctx.arrival_from = pos.arrival, pos.arrival_from
         while True:
             ctx.begin(step_id, plan.config, list(messages) if messages else messages, attempt)
             started = _clock()
@@ -350,7 +367,7 @@ class Engine:
                 self.sleep(delay)
                 attempt += 1
                 continue
-            return self._catch(step, err, pos, tracer)
+            return self._catch(plan, err, pos, tracer)
         # The attempt succeeded: apply what it staged, record the step, choose the next one.
         # (This is the engine's hot path, written out inline.)
         state = pos.state
@@ -375,6 +392,11 @@ class Engine:
             nxt = plan.branches[label]
         else:
             nxt, label = self._choose(plan, outcome)
+        if plan.arrivals:
+            pos.arrival = plan.arrivals.get((label, nxt), NO_ARRIVAL)  # type: ignore[arg-type]
+        elif pos.arrival:
+            pos.arrival = NO_ARRIVAL
+        pos.arrival_from = step_id
         wrote: dict[str, Any] = {}
         if written:
             variables = state.variables
@@ -415,11 +437,15 @@ class Engine:
             step_id=plan.step.id,
         )
 
-    def _catch(self, step: Step, err: RunError, pos: _Position, tracer: Tracer) -> str | None:
-        catch = mapping(step.config.get("catch"))
-        target = catch.get(err.code) or catch.get("ALL")
+    def _catch(self, plan: _Plan, err: RunError, pos: _Position, tracer: Tracer) -> str | None:
+        step = plan.step
+        catch = mapping(plan.config.get("catch"))
+        code = err.code if catch.get(err.code) else "ALL"
+        target = catch.get(code)
         if not isinstance(target, str):
             raise err
+        pos.arrival = plan.arrivals.get((f"catch {code}", target), NO_ARRIVAL)
+        pos.arrival_from = step.id
         pos.state.variables["last_error"] = {
             "code": err.code,
             "message": err.message,
@@ -481,6 +507,8 @@ class Engine:
         if self.store is None:
             return
         engine = {**pos.state.engine_dict(), "inbox": pos.inbox.to_dict()}
+        if pos.arrival_from is not None:  # what the next step is told it arrived by
+            engine["arrival"] = {"from": pos.arrival_from, "attrs": dict(pos.arrival)}
         self.store.checkpoint(
             run_id,
             position=pos.step_id,

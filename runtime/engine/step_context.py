@@ -8,6 +8,7 @@ catch starts from clean state (Amazon States Language semantics).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from runtime.contract.action import ENGINE_OWNED
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from runtime.format.pipeline import Pipeline
 
 _MISSING: Any = ...
+NO_ARRIVAL: Mapping[str, str] = MappingProxyType({})  # the entry step's, a short form's
 _DELETED = object()
 
 
@@ -41,6 +43,8 @@ class Context:
         "_state",
         "_tracer",
         "_writes",
+        "arrival",
+        "arrival_from",
         "attempt",
         "inputs",
         "messages",
@@ -80,6 +84,10 @@ class Context:
         self._no_messages: list[Message] = []
         self.read: set[str] = set()
         self.sent: Sequence[Message] = ()  # the messages the last commit enqueued
+        # The transition taken into the current step: its long-form attributes (fidelity,
+        # thread_id) and the step it came from. The engine sets both before each visit.
+        self.arrival: Mapping[str, str] = NO_ARRIVAL
+        self.arrival_from: str | None = None
         self.begin("", {}, [], 1)
 
     def begin(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from runtime.contract.registry import Registry
 from runtime.format.checks import Graph
@@ -27,9 +28,24 @@ def dot_string(text: str) -> str:
     return '"' + escaped.replace("\r", "").replace("\n", "\\n") + '"'
 
 
-def _edges(pipeline: Pipeline, registry: Registry) -> list[tuple[str, str, str]]:
+def _edges(pipeline: Pipeline, registry: Registry) -> list[tuple[str, str, str, str]]:
+    """(source, target, label, text): text is what the edge shows, attributes included."""
     graph = Graph.build([s.config for s in pipeline.steps], registry)
-    return [(sid, t.target, t.label) for sid in graph.ids for t, _ in graph.edges[sid]]
+    return [
+        (sid, e.target, e.label, edge_text(e.label, e.attrs))
+        for sid in graph.ids
+        for e, _ in graph.edges[sid]
+    ]
+
+
+def edge_text(label: str, attrs: Mapping[str, str]) -> str:
+    """An edge's label: the branch (none for `next`), then the long form's fidelity and thread."""
+    parts = [] if label == "next" else [label]
+    if "fidelity" in attrs:
+        parts.append(f"fidelity {attrs['fidelity']}")
+    if "thread_id" in attrs:
+        parts.append(f"thread {attrs['thread_id']}")
+    return ", ".join(parts)
 
 
 def _node_label(pipeline: Pipeline, sid: str) -> str:
@@ -52,16 +68,16 @@ def to_mermaid(pipeline: Pipeline, registry: Registry) -> str:
             lines.append(f'  {ids[step.id]}["{label}"]')
     if pipeline.entry_step_id in ids:
         lines.append(f"  __start__ --> {ids[pipeline.entry_step_id]}")
-    for src, dst, label in _edges(pipeline, registry):
+    for src, dst, label, shown in _edges(pipeline, registry):
         if dst not in ids:
             continue
         arrow = "-.->" if label.startswith("catch ") else "-->"
-        if label == "next":
+        if not shown:
             text = ""
-        elif _PLAIN.fullmatch(label):
-            text = f"|{label}|"
+        elif _PLAIN.fullmatch(shown):
+            text = f"|{shown}|"
         else:  # quoted, so `|`, `-->` or markup in a route key cannot end or break the edge
-            text = f'|"{mermaid_text(label)}"|'
+            text = f'|"{mermaid_text(shown)}"|'
         lines.append(f"  {ids[src]} {arrow}{text} {ids[dst]}")
     return "\n".join(lines)
 
@@ -84,11 +100,12 @@ def to_dot(pipeline: Pipeline, registry: Registry) -> str:
         lines.append(f"  {dot_string(step.id)} [shape={shape}, label={label}];")
     if pipeline.has_step(pipeline.entry_step_id):
         lines.append(f"  __start__ -> {dot_string(pipeline.entry_step_id)};")
-    for src, dst, label in _edges(pipeline, registry):
+    for src, dst, label, shown in _edges(pipeline, registry):
         if not pipeline.has_step(dst):
             continue
         style = ", style=dashed" if label.startswith("catch ") else ""
-        text = "" if label == "next" else label
-        lines.append(f"  {dot_string(src)} -> {dot_string(dst)} [label={dot_string(text)}{style}];")
+        lines.append(
+            f"  {dot_string(src)} -> {dot_string(dst)} [label={dot_string(shown)}{style}];"
+        )
     lines.append("}")
     return "\n".join(lines)

@@ -90,6 +90,7 @@ def test_a_checkpoint_appends_one_step_and_never_rewrites_the_inputs(tmp_path):
         "counters": {},
         "step_count": 41,
         "inbox": {"seq": 0, "messages": []},
+        "arrival": {"from": "s", "attrs": {}},  # the transition taken last (ctx.arrival)
     }
     assert len(engine_records[5]) == len(engine_records[-2]) - 1  # 6 vs 40: one digit more
     # the inputs are written once, apart from the run row, which only its end updates
