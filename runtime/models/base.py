@@ -40,11 +40,33 @@ class ModelConfig:
     cassette: str = ""
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call a model asked for: its id, the tool's name, the raw JSON arguments."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_dict(self) -> dict[str, str]:
+        """The recorded form (cassettes)."""
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    def to_message(self) -> dict[str, Any]:
+        """The OpenAI `tool_calls` entry of the assistant message that asked for it."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
 @dataclass
 class ModelRequest:
-    """One chat completion request."""
+    """One chat completion request; `tools` are OpenAI function specs the model may call."""
 
-    messages: list[dict[str, str]]
+    # Chat messages; an assistant message may carry `tool_calls`, a `tool` one `tool_call_id`.
+    messages: list[dict[str, Any]]
     model: str = ""
     max_output_tokens: int = 512
     temperature: float | None = None
@@ -54,10 +76,11 @@ class ModelRequest:
     stream: bool = False
     step_id: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    tools: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The recorded form: messages and parameters (requests never hold keys)."""
-        return {
+        out = {
             "messages": self.messages,
             "model": self.model,
             "max_output_tokens": self.max_output_tokens,
@@ -66,6 +89,9 @@ class ModelRequest:
             "json_mode": self.json_mode,
             "json_schema": self.json_schema,
         }
+        if self.tools:
+            out["tools"] = self.tools
+        return out
 
 
 @dataclass
@@ -79,6 +105,7 @@ class ModelResponse:
     model: str = ""
     provider: str = ""
     finish_reason: str = "stop"
+    tool_calls: list[ToolCall] = field(default_factory=list)  # empty: a plain answer
 
 
 ChunkCallback = Callable[[str], None]

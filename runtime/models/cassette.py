@@ -3,7 +3,11 @@
 One line per call::
 
     {"step_id": "...", "response": "...", "request": {messages and parameters},
-     "model": "...", "tokens_in": N, "tokens_out": N, "finish_reason": "..."}
+     "model": "...", "tokens_in": N, "tokens_out": N, "finish_reason": "...",
+     "tool_calls": [{"id": "...", "name": "...", "arguments": "<JSON text>"}]}
+
+A step that calls tools records one line per round, in order: the rounds that asked
+for tools, then the answer; replay plays them back in the same order.
 
 `step_id` and `response` are required; the other keys are optional on replay,
 which returns them as recorded so a replayed run's trace matches the live one.
@@ -28,6 +32,7 @@ from runtime.models.base import (
     ModelProvider,
     ModelRequest,
     ModelResponse,
+    ToolCall,
 )
 
 
@@ -56,7 +61,16 @@ def _entry(path: str, number: int, line: str) -> tuple[str, ModelResponse]:
     model, finish = entry.get("model", "replay"), entry.get("finish_reason", "stop")
     if not isinstance(model, str) or not isinstance(finish, str):
         raise _invalid(path, number, "`model` and `finish_reason` must be strings")
-    return step, ModelResponse(text, counts[0], counts[1], 0.0, model, "replay", finish)
+    calls = entry.get("tool_calls", [])
+    if not isinstance(calls, list) or not all(
+        isinstance(c, dict)
+        and set(c) == {"id", "name", "arguments"}
+        and all(isinstance(v, str) for v in c.values())
+        for c in calls
+    ):
+        raise _invalid(path, number, "`tool_calls` must be a list of {id, name, arguments}")
+    tools = [ToolCall(c["id"], c["name"], c["arguments"]) for c in calls]
+    return step, ModelResponse(text, counts[0], counts[1], 0.0, model, "replay", finish, tools)
 
 
 def load(path: str) -> dict[str, deque[ModelResponse]]:
@@ -119,6 +133,7 @@ class ReplayProvider:
             recorded.model,
             "replay",
             recorded.finish_reason,
+            list(recorded.tool_calls),
         )
 
 
@@ -149,6 +164,8 @@ class RecordingProvider:
             "tokens_out": response.tokens_out,
             "finish_reason": response.finish_reason,
         }
+        if response.tool_calls:
+            entry["tool_calls"] = [c.to_dict() for c in response.tool_calls]
         from runtime.models.guard import scrubber_for
 
         line = json.dumps(scrubber_for(self.settings, self.config).data(entry), ensure_ascii=False)

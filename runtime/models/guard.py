@@ -81,6 +81,11 @@ class ScrubbingProvider:
             text=scrub.text(response.text),
             model=scrub.text(response.model),
             finish_reason=scrub.text(response.finish_reason),
+            # A model may echo a key into a tool's arguments as well as into its text.
+            tool_calls=[
+                dataclasses.replace(c, arguments=scrub.text(c.arguments))
+                for c in response.tool_calls
+            ],
         )
 
     def close(self) -> None:

@@ -126,7 +126,8 @@ class OpenAIProvider:
         tokens_in, tokens_out = reply.tokens_in, reply.tokens_out
         if tokens_in is None:
             count = self._counter()
-            tokens_in = sum(count(m.get("content", "")) for m in request.messages)
+            # An assistant message that only called a tool has content None.
+            tokens_in = sum(count(m.get("content") or "") for m in request.messages)
         if tokens_out is None:
             tokens_out = self._counter()(reply.text)
         return ModelResponse(
@@ -137,6 +138,7 @@ class OpenAIProvider:
             request.model or self.config.model,
             "openai",
             reply.finish_reason,
+            reply.tool_calls,
         )
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.errors import ModelProviderError
-from runtime.models.base import ModelRequest
+from runtime.models.base import ModelRequest, ToolCall
 
 
 @dataclass
@@ -24,6 +24,7 @@ class Reply:
     tokens_in: int | None = None
     tokens_out: int | None = None
     finish_reason: str = "stop"
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 def request_body(request: ModelRequest, model: str, stream: bool) -> dict[str, Any]:
@@ -40,7 +41,29 @@ def request_body(request: ModelRequest, model: str, stream: bool) -> dict[str, A
         body["top_p"] = request.top_p
     if request.json_mode:
         body["response_format"] = {"type": "json_object"}
+    if request.tools:
+        body["tools"] = request.tools
     return body
+
+
+def _tool_calls(raw: Any, quote: Callable[[str], str]) -> list[ToolCall]:
+    """`message.tool_calls` as ToolCalls; a malformed entry is a provider error, not skipped."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ModelProviderError(f"tool_calls is not a list: {quote(json.dumps(raw))}")
+    out = []
+    for call in raw:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not (
+            isinstance(function, dict)
+            and isinstance(call.get("id"), str)
+            and isinstance(function.get("name"), str)
+            and isinstance(function.get("arguments", ""), str)
+        ):
+            raise ModelProviderError(f"malformed tool call: {quote(json.dumps(call))}")
+        out.append(ToolCall(call["id"], function["name"], function.get("arguments") or ""))
+    return out
 
 
 def _count(value: Any) -> int | None:
@@ -85,12 +108,16 @@ def parse_body(text: str, quote: Callable[[str], str] = _excerpt) -> Reply:
     choice = choices[0]
     message = choice.get("message")
     content = message.get("content") if isinstance(message, dict) else None
+    calls = _tool_calls(message.get("tool_calls"), quote) if isinstance(message, dict) else []
+    if content is None and calls:
+        content = ""  # a tool call alone carries no text
     if not isinstance(content, str):
         raise ModelProviderError(
             f"the reply has no text content (finish_reason {choice.get('finish_reason')!r})"
         )
     tokens_in, tokens_out = _usage(data)
-    return Reply(content, tokens_in, tokens_out, str(choice.get("finish_reason") or "stop"))
+    finish = str(choice.get("finish_reason") or "stop")
+    return Reply(content, tokens_in, tokens_out, finish, calls)
 
 
 def parse_stream(
@@ -98,6 +125,7 @@ def parse_stream(
 ) -> Reply:
     """A streamed reply: `data:` events until `[DONE]`, each text delta passed to on_piece."""
     parts: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}  # index -> {id, name, arguments pieces}
     tokens_in = tokens_out = None
     finish: str | None = None
     done = False
@@ -128,8 +156,38 @@ def parse_stream(
             if isinstance(piece, str) and piece:
                 parts.append(piece)
                 on_piece(piece)
+            if isinstance(delta, dict) and delta.get("tool_calls") is not None:
+                _stream_calls(delta["tool_calls"], calls, payload, quote)
             finish = choice.get("finish_reason") or finish
     if not done and finish is None:
         # The connection ended mid-reply: worth a retry if nothing was passed on yet.
         raise ModelProviderError("the stream ended before [DONE]", retryable=True)
-    return Reply("".join(parts), tokens_in, tokens_out, str(finish or "stop"))
+    tool_calls = _tool_calls(
+        [
+            {"id": c["id"], "function": {"name": c["name"], "arguments": "".join(c["arguments"])}}
+            for _, c in sorted(calls.items())
+        ],
+        quote,
+    )
+    return Reply("".join(parts), tokens_in, tokens_out, str(finish or "stop"), tool_calls)
+
+
+def _stream_calls(
+    deltas: Any, calls: dict[int, dict[str, Any]], payload: str, quote: Callable[[str], str]
+) -> None:
+    """Fold streamed tool-call deltas (id and name once, arguments in pieces) by index."""
+    if not isinstance(deltas, list):
+        raise ModelProviderError(f"malformed tool call delta: {quote(payload)}")
+    for delta in deltas:
+        index = delta.get("index") if isinstance(delta, dict) else None
+        if not isinstance(index, int):
+            raise ModelProviderError(f"malformed tool call delta: {quote(payload)}")
+        call = calls.setdefault(index, {"id": None, "name": None, "arguments": []})
+        function = delta.get("function") or {}
+        if isinstance(delta.get("id"), str):
+            call["id"] = delta["id"]
+        if isinstance(function, dict):
+            if isinstance(function.get("name"), str):
+                call["name"] = function["name"]
+            if isinstance(function.get("arguments"), str):
+                call["arguments"].append(function["arguments"])
