@@ -77,6 +77,18 @@ class CallModel(Action):
             "description": "Require a JSON reply (else INVALID_STRUCTURED_OUTPUT).",
         },
         "json_schema": {"type": "object", "description": "Expected reply shape (JSON Schema)."},
+        "tools": {
+            "type": "array",
+            "items": {"enum": ["rehydrate"]},
+            "uniqueItems": True,
+            "description": "Tools the model may call (rehydrate: the original behind a pointer).",
+        },
+        "max_tool_rounds": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 10,
+            "description": "Tool-call rounds before the model must answer (default 3).",
+        },
         # fidelity and thread_id are step fields of every action (runtime/format/schema.py).
     }
     required = ("prompt_key",)
@@ -193,6 +205,41 @@ class CallModel(Action):
             out.append({"role": "user", "content": "\n\n".join(parts)})
         return out
 
+    @staticmethod
+    def complete_with_tools(
+        ctx: StepContext, provider: Any, request: Any, on_chunk: Any
+    ) -> tuple[Any, list[dict[str, Any]]]:
+        """Offer the step's tools for max_tool_rounds rounds (actions/_tools.py); reply, messages."""
+        from actions import _tools
+
+        counter = ctx.services.tokens(provider.config.tokenizer)
+        limit = provider.config.context_window - request.max_output_tokens
+
+        def room(messages: list[dict[str, Any]]) -> int:
+            # What a tool message may still hold: the window less the prompt so far (tool
+            # calls' names and arguments included), the reserved output and its own framing.
+            used = sum(
+                counter.count(m.get("content") or "")
+                + sum(
+                    counter.count(c["function"]["name"] + c["function"]["arguments"])
+                    for c in m.get("tool_calls") or ()
+                )
+                + MESSAGE_OVERHEAD
+                for m in messages
+            )
+            return limit - used - MESSAGE_OVERHEAD
+
+        return _tools.complete(
+            ctx,
+            provider,
+            request,
+            tools=list(ctx.step["tools"]),
+            rounds=int(ctx.step.get("max_tool_rounds", _tools.DEFAULT_TOOL_ROUNDS)),
+            room=room,
+            count=counter.count,
+            on_chunk=on_chunk,
+        )
+
     def run(self, ctx: StepContext) -> Outcome | None:
         """Check the prompt fits, call the model, record the call."""
         from runtime.models import ModelRequest
@@ -224,7 +271,11 @@ class CallModel(Action):
             step_id=ctx.step_id,
             metadata={"run_id": ctx.run_id, **metadata},
         )
-        response = provider.complete(request, on_chunk=on_chunk)
+        tools = list(ctx.step.get("tools") or [])
+        if tools:
+            response, messages = self.complete_with_tools(ctx, provider, request, on_chunk)
+        else:
+            response = provider.complete(request, on_chunk=on_chunk)
         trace_model_call(ctx, provider, response, prompt_tokens, messages, **metadata)
         text = response.text
         if json_mode:

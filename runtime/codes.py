@@ -383,6 +383,28 @@ _CODES: list[Code] = [
     ),
     # --- models (one subtree) ----------------------------------------------------
     Code(
+        "MODEL_TOOL_ROUNDS_EXCEEDED",
+        "model",
+        "The model kept calling tools after max_tool_rounds rounds and a final request that "
+        "offered none.",
+        "Raise max_tool_rounds, or tell the model in the prompt to answer once it has what it "
+        "needs.",
+    ),
+    Code(
+        "TOOL_ARGUMENTS_INVALID",
+        "model",
+        "A model called a tool with arguments that are not the JSON object the tool takes "
+        "(answered to the model as an error, and traced).",
+        "Nothing to do unless it repeats: the model reads the error and may call again.",
+    ),
+    Code(
+        "TOOL_UNKNOWN",
+        "model",
+        "A model called a tool the step does not offer (answered to the model as an error, and "
+        "traced).",
+        "Offer the tool in the step's `tools`, or ignore: the model reads the error.",
+    ),
+    Code(
         "CONTEXT_OVERFLOW",
         "model",
         "The prompt plus reserved output tokens exceeds the model's context window.",

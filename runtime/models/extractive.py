@@ -339,9 +339,10 @@ class ExtractiveProvider:
     ) -> ModelResponse:
         """A deterministic, cited, extractive reply."""
         started = time.perf_counter()
-        users = [m.get("content", "") for m in request.messages if m.get("role") == "user"]
+        # An assistant message that only called a tool has content None.
+        users = [m.get("content") or "" for m in request.messages if m.get("role") == "user"]
         question = question_of(users[-1]) if users else ""
-        blocks = [b for m in request.messages for b in split_prompt(m.get("content", "")).blocks]
+        blocks = [b for m in request.messages for b in split_prompt(m.get("content") or "").blocks]
         if request.json_mode:
             reply = decision_object(request.json_schema, question, blocks)
             text = json.dumps(reply, ensure_ascii=False)
@@ -354,7 +355,7 @@ class ExtractiveProvider:
         count = get_counter(self.config.tokenizer).count
         return ModelResponse(
             text,
-            sum(count(m.get("content", "")) for m in request.messages),
+            sum(count(m.get("content") or "") for m in request.messages),
             count(text),
             round((time.perf_counter() - started) * 1000, 3),
             "extractive",

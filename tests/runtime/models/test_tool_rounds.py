@@ -1,0 +1,225 @@
+"""call_model with `tools: [rehydrate]`: bounded rounds against a server on 127.0.0.1.
+
+The server issues the tool call; the step runs it and sends the result back as a
+`tool` message; the model's next reply is the step's answer. Recorded to a cassette,
+the same run replays offline with the same tool message.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from actions import _tools
+from actions.call_model import MESSAGE_OVERHEAD
+from runtime.context.tokens import get_counter
+from runtime.engine import Engine
+from runtime.engine.services import Services
+from runtime.format.pipeline import Pipeline
+
+COUNT = get_counter("cl100k_base").count
+NOVEL = "".join(f"line {n}: It is a truth universally acknowledged.\n" for n in range(1, 41))
+SYSTEM = "Answer from the text; fetch elided parts with the rehydrate tool."
+
+
+@pytest.fixture
+def originals(monkeypatch):
+    """A stand-in pointer store: pointer id -> original; `lines A-B` slices exactly."""
+    store = {"p-novel": NOVEL}
+
+    def rehydrate(ctx: Any, args: dict[str, Any]) -> str:
+        from runtime.errors import RunError
+
+        text = store.get(args.get("pointer_id", ""))
+        if text is None:
+            raise RunError(f"no pointer {args.get('pointer_id')!r}", code="VARIABLE_MISSING")
+        part = args.get("slice")
+        if not part:
+            return text
+        a, b = (int(x) for x in part.removeprefix("lines ").split("-"))
+        return "".join(text.splitlines(keepends=True)[a - 1 : b])
+
+    monkeypatch.setitem(_tools.HANDLERS, "rehydrate", rehydrate)
+    return store
+
+
+def call(call_id: str, name: str, arguments: str) -> str:
+    """A chat completion asking for one tool."""
+    return json.dumps(
+        {
+            "choices": [
+                {
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": name, "arguments": arguments},
+                            }
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ]
+        }
+    )
+
+
+def run(tmp_path, url: str, window: int = 8192, **step: Any):
+    (tmp_path / "prompts").mkdir(exist_ok=True)
+    (tmp_path / "prompts" / "sys.md").write_text(SYSTEM)
+    model = {"provider": "openai", "model": "m", "base_url": url, "context_window": window}
+    data = {
+        "settings": {"entry_step_id": "ask", "models": {"small": model}},
+        "steps": [
+            {
+                "id": "ask",
+                "action": "call_model",
+                "prompt_key": "sys",
+                "model": "small",
+                "max_output_tokens": 100,
+                "tools": ["rehydrate"],
+                "user_parts": {"q": {"source": "question"}},
+                "next": "done",
+                **step,
+            },
+            {"id": "done", "action": "finalize", "source": "last_model_response"},
+        ],
+    }
+    pipeline = Pipeline.from_dict(data, file=str(tmp_path / "p.yaml"))
+    services = Services(settings=pipeline.settings, base_dir=str(tmp_path))
+    return Engine(pipeline, services=services).run({"question": "Who?"}, run_id="t")
+
+
+ARGS = json.dumps({"pointer_id": "p-novel", "slice": "lines 3-5"})
+SLICE = "".join(NOVEL.splitlines(keepends=True)[2:5])
+
+
+def test_the_model_gets_the_exact_slice_it_asked_for(tmp_path, chat_server, originals):
+    chat_server.script = [{"raw": call("c1", "rehydrate", ARGS)}, {"reply": "Mr. Bennet."}]
+    result = run(tmp_path, chat_server.url)
+    assert result.status == "completed", result.error
+    assert result.state["last_model_response"] == "Mr. Bennet."
+    first, second = (r["body"] for r in chat_server.requests)
+    assert first["tools"] == [_tools.REHYDRATE_SPEC] and "tool_calls" not in str(first["messages"])
+    tool = second["messages"][-1]
+    assert tool == {"role": "tool", "tool_call_id": "c1", "content": SLICE}
+    assert second["messages"][-2]["tool_calls"][0]["function"]["arguments"] == ARGS
+    (event,) = [e for e in result.events if e["type"] == "MODEL_TOOL_CALL"]
+    assert (event["pointer_id"], event["slice"], event["error"]) == ("p-novel", "lines 3-5", None)
+    assert event["tokens"] == COUNT(SLICE)
+    (model_call,) = [e for e in result.events if e["type"] == "MODEL_CALL"]
+    assert model_call["messages"][-1]["content"] == SLICE  # the trace shows what was sent
+
+
+def test_rounds_are_bounded_and_the_last_request_offers_no_tools(tmp_path, chat_server, originals):
+    chat_server.script = [{"raw": call(f"c{n}", "rehydrate", ARGS)} for n in range(2)]
+    chat_server.script.append({"reply": "answered"})
+    result = run(tmp_path, chat_server.url, max_tool_rounds=2)
+    assert result.status == "completed" and result.state["last_model_response"] == "answered"
+    bodies = [r["body"] for r in chat_server.requests]
+    assert ["tools" in b for b in bodies] == [True, True, False]
+
+
+def test_a_model_that_keeps_calling_tools_fails_the_step(tmp_path, chat_server, originals):
+    chat_server.script = [{"raw": call(f"c{n}", "rehydrate", ARGS)} for n in range(3)]
+    result = run(tmp_path, chat_server.url, max_tool_rounds=2)
+    assert result.status == "failed"
+    assert result.error.code == "MODEL_TOOL_ROUNDS_EXCEEDED"
+    assert len(chat_server.requests) == 3
+
+
+def _room_window(slice_tokens: int) -> int:
+    """The window in which a tool result of slice_tokens exactly fits (one round)."""
+    prompt = COUNT(SYSTEM) + COUNT("Who?") + 2 * MESSAGE_OVERHEAD
+    assistant = COUNT("rehydrate" + ARGS) + MESSAGE_OVERHEAD
+    return 100 + prompt + assistant + MESSAGE_OVERHEAD + slice_tokens
+
+
+def test_a_slice_that_exactly_fits_is_sent(tmp_path, chat_server, originals):
+    chat_server.script = [{"raw": call("c1", "rehydrate", ARGS)}, {"reply": "ok"}]
+    run(tmp_path, chat_server.url, window=_room_window(COUNT(SLICE)))
+    assert chat_server.requests[1]["body"]["messages"][-1]["content"] == SLICE
+
+
+def test_a_slice_one_token_too_big_is_refused_never_cut(tmp_path, chat_server, originals):
+    chat_server.script = [{"raw": call("c1", "rehydrate", ARGS)}, {"reply": "ok"}]
+    result = run(tmp_path, chat_server.url, window=_room_window(COUNT(SLICE)) - 1)
+    assert result.status == "completed"
+    sent = chat_server.requests[1]["body"]["messages"][-1]["content"]
+    assert sent.startswith("error CONTEXT_OVERFLOW: the result is ")
+    assert f"{COUNT(SLICE)} tokens and {COUNT(SLICE) - 1} fit" in sent
+    (event,) = [e for e in result.events if e["type"] == "MODEL_TOOL_CALL"]
+    assert event["error"] == "CONTEXT_OVERFLOW"
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "code"),
+    [
+        ("search_web", ARGS, "TOOL_UNKNOWN"),
+        ("rehydrate", "[1, 2]", "TOOL_ARGUMENTS_INVALID"),
+        ("rehydrate", "{not json", "TOOL_ARGUMENTS_INVALID"),
+        ("rehydrate", json.dumps({"pointer_id": "p-none"}), "VARIABLE_MISSING"),
+    ],
+)
+def test_a_bad_call_is_answered_with_its_error_and_traced(
+    tmp_path, chat_server, originals, name, arguments, code
+):
+    chat_server.script = [{"raw": call("c1", name, arguments)}, {"reply": "sorry"}]
+    result = run(tmp_path, chat_server.url)
+    assert result.status == "completed" and result.state["last_model_response"] == "sorry"
+    assert chat_server.requests[1]["body"]["messages"][-1]["content"].startswith(f"error {code}:")
+    (event,) = [e for e in result.events if e["type"] == "MODEL_TOOL_CALL"]
+    assert event["error"] == code
+
+
+def test_the_tool_round_trip_replays_from_a_cassette(tmp_path, chat_server, originals):
+    chat_server.script = [{"raw": call("c1", "rehydrate", ARGS)}, {"reply": "Mr. Bennet."}]
+    cassette = tmp_path / "tools.jsonl"
+    live = run_recorded(tmp_path, chat_server.url, cassette)
+    lines = [json.loads(x) for x in cassette.read_text().splitlines()]
+    assert [len(x.get("tool_calls", [])) for x in lines] == [1, 0]
+    assert lines[1]["request"]["messages"][-1]["content"] == SLICE
+    replayed = run_replayed(tmp_path, cassette)
+    assert replayed.state["last_model_response"] == live.state["last_model_response"]
+    (event,) = [e for e in replayed.events if e["type"] == "MODEL_TOOL_CALL"]
+    assert event["tokens"] == COUNT(SLICE)
+    live_call = next(e for e in live.events if e["type"] == "MODEL_CALL")["messages"]
+    again = next(e for e in replayed.events if e["type"] == "MODEL_CALL")["messages"]
+    assert again == live_call
+
+
+def run_recorded(tmp_path, url: str, cassette):
+    (tmp_path / "prompts").mkdir(exist_ok=True)
+    (tmp_path / "prompts" / "sys.md").write_text(SYSTEM)
+    return _engine(tmp_path, f"openai:m@{url}", record_path=str(cassette))
+
+
+def run_replayed(tmp_path, cassette):
+    return _engine(tmp_path, f"replay:{cassette}")
+
+
+def _engine(tmp_path, spec: str, **services: Any):
+    data = {
+        "settings": {"entry_step_id": "ask"},
+        "steps": [
+            {
+                "id": "ask",
+                "action": "call_model",
+                "prompt_key": "sys",
+                "tools": ["rehydrate"],
+                "user_parts": {"q": {"source": "question"}},
+                "next": "done",
+            },
+            {"id": "done", "action": "finalize", "source": "last_model_response"},
+        ],
+    }
+    pipeline = Pipeline.from_dict(data, file=str(tmp_path / "p.yaml"))
+    svc = Services(settings=pipeline.settings, base_dir=str(tmp_path), model_spec=spec, **services)
+    result = Engine(pipeline, services=svc).run({"question": "Who?"}, run_id="t")
+    assert result.status == "completed", result.error
+    return result
