@@ -270,11 +270,9 @@ def test_a_bad_attribute_keeps_the_edge_in_the_graph(tmp_path):
           - id: a
             action: loop_guard
             on_allow: {step: b, fidelity: everything}
-            on_deny: b
+            on_deny: {step: c, fidelty: full}
           - id: b
-            action: loop_guard
-            on_allow: {step: c, fidelty: full}
-            on_deny: {step: c, fidelity: full}
+            action: finalize
           - id: c
             action: finalize
         """,
@@ -381,15 +379,20 @@ def test_a_thread_without_full_on_the_way_is_a_warning(tmp_path, allow, b, setti
 
 
 def test_the_entry_step_is_arrived_at_without_a_transition(tmp_path):
+    # The loop back arrives with truncate; the start, with no transition, arrives full.
     path = write(
         tmp_path,
         """
         settings: {entry_step_id: a}
         steps:
           - id: a
-            action: finalize
+            action: loop_guard
             thread_id: t
             fidelity: full
+            on_allow: {step: a, fidelity: truncate}
+            on_deny: z
+          - id: z
+            action: finalize
         """,
     )
     assert found(path) == []
