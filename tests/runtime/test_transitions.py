@@ -445,3 +445,19 @@ def test_registry_fixture_actions_keep_their_short_forms(registry: Registry):
     # reaches them as well.
     step = {"id": "g", "action": "guard", "on_allow": {"step": "a", "fidelity": "full"}}
     assert [e.attrs for e in outgoing(step, registry.get("guard"))] == [{"fidelity": "full"}]
+
+
+def test_runtime_graph_command_labels_long_form_edges(tmp_path):
+    from click.testing import CliRunner
+
+    from runtime.cli import cli
+
+    path = tmp_path / "g.yaml"
+    path.write_text(GRAPH)
+    runner = CliRunner()
+    mermaid = runner.invoke(cli, ["graph", str(path)], catch_exceptions=False)
+    assert mermaid.exit_code == 0
+    assert '  s0 -->|"allow, fidelity full, thread coding"| s1' in mermaid.stdout.splitlines()
+    dot = runner.invoke(cli, ["graph", "--format", "dot", str(path)], catch_exceptions=False)
+    assert dot.exit_code == 0
+    assert '  "r" -> "a" [label="route fix, fidelity truncate"];' in dot.stdout.splitlines()
