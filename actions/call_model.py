@@ -124,7 +124,14 @@ class CallModel(Action):
         """System prompt and template text fixed; each user part a slot; history unbounded."""
         key = step.get("prompt_key")
         path = pipeline.prompt_path(key) if isinstance(key, str) else None
-        fixed = [path.read_text(encoding="utf-8").strip()] if path is not None else []
+        fixed: list[str] = []
+        unbounded: list[str] = []
+        if path is not None:
+            try:
+                fixed.append(path.read_text(encoding="utf-8").strip())
+            except (OSError, UnicodeError) as exc:
+                # The run fails reading it too; the envelope says why it could not be counted.
+                unbounded.append(f"system prompt ({type(exc).__name__}: {path})")
         slots = []
         parts = step.get("user_parts")
         for name, part in (parts if isinstance(parts, Mapping) else {}).items():
@@ -138,7 +145,8 @@ class CallModel(Action):
                 PromptSlot(f"user_parts.{name}", part["source"], frame, ("user_parts", name))
             )
         fixed.append("\n\n" * max(0, len(slots) - 1))
-        unbounded = ["conversation_history"] if step.get("use_history") else []
+        if step.get("use_history"):
+            unbounded.append("conversation_history")
         if step.get("fidelity", settings.get("default_fidelity")) == "full":
             unbounded.append("thread (fidelity full)")
         model = step.get("model")

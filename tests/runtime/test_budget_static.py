@@ -234,3 +234,12 @@ def test_maxlength_on_a_non_string_input_is_invalid(tmp_path):
     path.write_text(text)
     report = validate_paths([str(path)])
     assert [d.code for d in report.diagnostics if d.severity == "error"] == ["INPUT_SPEC_INVALID"]
+
+
+def test_an_unreadable_prompt_file_is_named_not_a_crash(tmp_path):
+    path = write(tmp_path, ASK, window=10_000, inputs=", maxLength: 5")
+    (tmp_path / "prompts" / "answer.md").write_bytes(b"\xff\xfe not utf-8")
+    report = validate_paths([str(path)])
+    (diag,) = [d for d in report.diagnostics if d.code.startswith("BUDGET")]
+    assert diag.code == "BUDGET_MAY_OVERFLOW"
+    assert "system prompt (UnicodeDecodeError" in diag.message
