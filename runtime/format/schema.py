@@ -26,8 +26,10 @@ COMMON_STEP_FIELDS: dict[str, Any] = {
     "id": {"type": "string", "pattern": STEP_ID_PATTERN, "description": "Unique step id."},
     "action": {"type": "string", "description": "Registered action name (`runtime actions`)."},
     "description": {"type": "string", "description": "What this step is for."},
-    "next": target_schema("Step to go to when the action chooses no branch (a step id or "
-        "{step, fidelity, thread_id})."),
+    "next": target_schema(
+        "Step to go to when the action chooses no branch (a step id or "
+        "{step, fidelity, thread_id})."
+    ),
     "end": {"type": "boolean", "description": "Stop the run after this step."},
     "retry": {
         "type": "object",
