@@ -88,7 +88,6 @@ _VOCABULARY = frozenset(
         "contains",
         "minContains",
         "maxContains",
-        "uniqueItems",
         "multipleOf",
         "contentEncoding",
         "contentMediaType",
@@ -146,6 +145,13 @@ def json_equal(one: Any, two: Any) -> bool:
     if isinstance(one, bool) or isinstance(two, bool):
         return False  # True and False are only themselves (identity was checked above)
     return bool(one == two)
+
+
+def _unique(items: list[Any]) -> bool:
+    """No two items equal as jsonschema compares them (quadratic: arrays here are short)."""
+    return not any(
+        json_equal(items[i], items[j]) for i in range(len(items)) for j in range(i + 1, len(items))
+    )
 
 
 def compile_check(schema: Any) -> Check | None:
@@ -295,6 +301,8 @@ class _Compiler:
         if "maxItems" in schema:
             high = schema["maxItems"]
             out.append(lambda v: not isinstance(v, list) or len(v) <= high)
+        if schema.get("uniqueItems") is True:
+            out.append(lambda v: not isinstance(v, list) or _unique(v))
         return out
 
     def _logic(self, schema: Mapping[str, Any]) -> list[Check]:

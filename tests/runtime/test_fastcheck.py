@@ -74,6 +74,11 @@ def test_every_schema_of_the_registry_compiles():
         ({"required": ["a"], "minProperties": 2}, [{"a": 1}, {"a": 1, "b": 2}, {"b": 1}, 3]),
         ({"propertyNames": {"pattern": "^[a-z]+$"}}, [{"ab": 1}, {"aB": 1}, {}]),
         ({"items": {"type": "integer"}, "minItems": 1}, [[], [1], [1, "x"], {"a": 1}]),
+        (
+            {"uniqueItems": True},
+            [[], [1, 2], [1, 1], [1, 1.0], [1, True], [{"a": 1}, {"a": 1}], [[0], [False]], "x"],
+        ),
+        ({"uniqueItems": False}, [[1, 1]]),
         ({"anyOf": [{"type": "string"}, {"type": "integer"}]}, ["a", 1, 1.5, None]),
         ({"oneOf": [{"type": "integer"}, {"minimum": 0}]}, [1, -1, 1.5, "x"]),
         ({"allOf": [{"minimum": 0}, {"maximum": 2}], "not": {"const": 1}}, [0, 1, 2, 3]),
@@ -97,7 +102,7 @@ def test_the_fast_check_agrees_with_jsonschema(schema, values):
 
 
 def test_an_unsupported_keyword_falls_back_to_jsonschema():
-    assert compile_check({"uniqueItems": True}) is None
+    assert compile_check({"multipleOf": 2}) is None
     assert compile_check({"properties": {"a": {"patternProperties": {"x": {}}}}}) is None
     assert compile_check({"$ref": "other.json#/x"}) is None
     assert compile_check({"x-note": "ignored as jsonschema ignores it"}) is not None
