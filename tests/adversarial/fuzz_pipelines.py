@@ -245,16 +245,22 @@ def check(path: Path, allowed_files: set[str]) -> list[str]:
     return problems
 
 
-def run(count: int, seed: int, tmp: Path, ops: set[str] | None = None) -> tuple[int, list[str]]:
-    """Validate `count` mutants; the number validated and the failures (with tracebacks).
+def run(
+    count: int, seed: int, tmp: Path, ops: set[str] | None = None, start: int = 0
+) -> tuple[int, list[str]]:
+    """Validate mutants start..count-1 of a seed; the number validated and the failures.
 
-    ops, when given, collects the kinds of mutation applied (swap, delete, ...).
+    ops, when given, collects the kinds of mutation applied (swap, delete, ...). The
+    mutants before `start` are generated (so the sequence is the same) but not validated:
+    the fast and the slow test split one sequence between them.
     """
     ws = Workspace(tmp)
     allowed = {str(p.resolve()) for p in tmp.rglob("*")}
     failures: list[str] = []
     done = 0
-    for mutant in mutants(count, seed):
+    for i, mutant in enumerate(mutants(count, seed)):
+        if i < start:
+            continue
         if ops is not None:
             ops.update(op.split()[0] for op in mutant.ops)
         path = ws.write(mutant)
