@@ -410,6 +410,41 @@ _CODES: list[Code] = [
         "The prompt plus reserved output tokens exceeds the model's context window.",
     ),
     Code(
+        "POINTER_UNKNOWN",
+        "run",
+        "A rehydrate names a pointer id the run does not have (ids are `ptr-` and 16 hex digits).",
+        "Copy the id from the [ELIDED ptr-…] block of the prompt or the CONTEXT_BUDGET_DECISION "
+        "trace event of the same run.",
+    ),
+    Code(
+        "SLICE_INVALID",
+        "run",
+        "A rehydrate slice is malformed or outside the original: lines past the end, a JSON path "
+        "that names no value, a hunk the diff does not have.",
+        "Use `lines A-B` (1-based, inclusive), a JSON path such as `$.items[3].name`, or "
+        "`hunk N`; the pointer's summary gives line numbers, paths and hunks.",
+    ),
+    Code(
+        "POINTER_STORE_UNAVAILABLE",
+        "run",
+        "The run's services have no pointer store for originals behind pointers.",
+        "Use the engine's Services (it provides one), or pass pointer_store= to Services.",
+    ),
+    Code(
+        "SUMMARY_KIND_UNAVAILABLE",
+        "run",
+        "No summariser is installed for the kind asked for (code is installed by the action "
+        "layer).",
+        "Use text, diff, json, log or markdown, or import actions before summarising code.",
+    ),
+    Code(
+        "SUMMARY_KIND_MISMATCH",
+        "run",
+        "A payload declared as one kind is not of that kind (e.g. `json` that does not parse).",
+        "Fix the declared kind, or leave it out to detect it.",
+    ),
+    Code("SUMMARY_BUDGET_INVALID", "run", "A summary was asked for with a budget below 1 token."),
+    Code(
         "INVALID_STRUCTURED_OUTPUT",
         "model",
         "The model's reply is not the JSON the step asked for.",

@@ -232,7 +232,7 @@ def summarise_diff(text: str, budget: int, counter: Counter) -> str:
     hunks: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     hunk: dict[str, Any] | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):
         if line.startswith("diff --git ") or (line.startswith("--- ") and hunk is not None):
             hunk = None
             if line.startswith("diff --git "):
@@ -351,7 +351,9 @@ def summarise_json(text: str, budget: int, counter: Counter) -> str:
 
 def summarise_log(text: str, budget: int, counter: Counter) -> str:
     """Error and warning lines first (numbered), then the head and the tail of the log."""
-    lines = text.splitlines()
+    lines = text.split("\n")
+    if lines[-1] == "":  # a final newline ends the last line; it starts none
+        lines.pop()
     flagged = [f"{n}: {_clip(ln)}" for n, ln in enumerate(lines, start=1) if _LOG_LEVEL.search(ln)]
     head = [f"log: {len(lines):,} lines, {len(flagged)} error/warning line(s)"]
     optional = flagged[:200]
@@ -374,7 +376,7 @@ def summarise_markdown(text: str, budget: int, counter: Counter) -> str:
     """The headings outline with line numbers, shallow levels first when it must be cut."""
     outline: list[tuple[int, int, str]] = []
     fenced = False
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):
         if _FENCE.match(line):
             fenced = not fenced
             continue

@@ -154,6 +154,9 @@ class Engine:
             settings=pipeline.settings, base_dir=str(pipeline.base_dir)
         )
         self.store = store
+        if store is not None and self.services.pointer_store is None:
+            # Originals behind context pointers live with the run, so they survive resume.
+            self.services.pointer_store = store if hasattr(store, "put_original") else None
         self.sleep = sleep
         self._actions: dict[str, Action] = {}
         for step in pipeline.steps:

@@ -27,6 +27,7 @@ class Services:
         record_path: str | None = None,
         base_dir: str | None = None,
         on_model_chunk: Callable[[str], None] | None = None,
+        pointer_store: Any = None,
     ) -> None:
         self.settings: Mapping[str, Any] = settings or {}
         self._token_counters: dict[str, Any] = {}
@@ -43,6 +44,9 @@ class Services:
         self.record_path = record_path
         self.base_dir = base_dir
         self.on_model_chunk = on_model_chunk
+        # Originals behind context pointers (runtime/context/pointers.py): the run store's
+        # tables when the engine has a store (Engine sets it), else memory.
+        self.pointer_store = pointer_store
         self._lock = threading.Lock()
 
     def tokens(self, encoding: str | None = None) -> Any:
@@ -82,6 +86,16 @@ class Services:
                 )
                 self._providers[key] = provider
             return provider
+
+    @property
+    def pointers(self) -> Any:
+        """The pointer store: the one given or set by the engine, else an in-memory one."""
+        with self._lock:
+            if self.pointer_store is None:
+                from runtime.context.pointers import MemoryPointerStore
+
+                self.pointer_store = MemoryPointerStore()
+            return self.pointer_store
 
     @property
     def node_store(self) -> Any:

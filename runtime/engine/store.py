@@ -131,9 +131,20 @@ def _m2_append_only(db: sqlite3.Connection) -> None:
         )
 
 
+def _m3_pointers(db: sqlite3.Connection) -> None:
+    """Originals behind context pointers, stored once by sha256, and each run's pointers."""
+    db.execute("CREATE TABLE originals (sha256 TEXT PRIMARY KEY, text TEXT NOT NULL) WITHOUT ROWID")
+    db.execute(
+        "CREATE TABLE run_pointers (run_id TEXT NOT NULL, pointer_id TEXT NOT NULL,"
+        " sha256 TEXT NOT NULL, kind TEXT NOT NULL, PRIMARY KEY (run_id, pointer_id))"
+        " WITHOUT ROWID"
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m1_initial),
     ("m002_append_only", _m2_append_only),
+    ("m003_pointers", _m3_pointers),
 ]
 DURABILITY = {"normal": "NORMAL", "full": "FULL"}  # -> PRAGMA synchronous
 
@@ -489,6 +500,44 @@ class SqliteRunStore:
                 "error": json.loads(r[6]) if r[6] else None,
             }
             for r in rows
+        ]
+
+    # --- context pointers (runtime/context/pointers.py) ---------------------------
+    def put_original(self, run_id: str, pointer_id: str, sha256: str, kind: str, text: str) -> None:
+        """Store an original once (by sha256) and the run's pointer to it."""
+
+        def fn(db: sqlite3.Connection) -> None:
+            db.execute("INSERT OR IGNORE INTO originals VALUES (?, ?)", (sha256, text))
+            db.execute(
+                "INSERT OR IGNORE INTO run_pointers VALUES (?, ?, ?, ?)",
+                (run_id, pointer_id, sha256, kind),
+            )
+
+        self._tx(fn)
+
+    def get_original(self, run_id: str, pointer_id: str) -> tuple[str, str] | None:
+        """(kind, text) of a run's pointer, or None."""
+        row = (
+            self._conn()
+            .execute(
+                "SELECT p.kind, o.text FROM run_pointers p JOIN originals o ON o.sha256 = p.sha256"
+                " WHERE p.run_id = ? AND p.pointer_id = ?",
+                (run_id, pointer_id),
+            )
+            .fetchone()
+        )
+        return None if row is None else (row[0], row[1])
+
+    def pointers(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's pointers (id, sha256, kind, characters), in id order."""
+        return [
+            {"pointer_id": p, "sha256": sha, "kind": kind, "chars": chars}
+            for p, sha, kind, chars in self._conn().execute(
+                "SELECT p.pointer_id, p.sha256, p.kind, length(o.text) FROM run_pointers p"
+                " JOIN originals o ON o.sha256 = p.sha256 WHERE p.run_id = ?"
+                " ORDER BY p.pointer_id",
+                (run_id,),
+            )
         ]
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
