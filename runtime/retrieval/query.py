@@ -7,48 +7,91 @@ import re
 
 from runtime.retrieval.words import STOPWORDS, WORD, split_identifier
 
-# Words in a question that name a kind of node ("which stored procedure ...").
-KIND_WORDS = {
-    "procedure": "procedure",
-    "procedures": "procedure",
-    "proc": "procedure",
-    "sproc": "procedure",
-    "table": "table",
-    "tables": "table",
-    "view": "view",
-    "views": "view",
-    "trigger": "trigger",
-    "triggers": "trigger",
-    "function": "function",
-    "class": "class",
-    "classes": "class",
-    "interface": "interface",
-    "method": "method",
-    "methods": "method",
-    "controller": "class",
-    "endpoint": "method",
-    "migration": "class",
-    "functions": "function",
-    "interfaces": "interface",
-    "index": "index",
-    "indexes": "index",
-    "indices": "index",
-    "sequence": "sequence",
-    "sequences": "sequence",
-    "enum": "enum",
-    "enums": "enum",
-    "enumeration": "enum",
-    "property": "property",
-    "properties": "property",
-    "constructor": "constructor",
-    "constructors": "constructor",
+# Words in a question that name a kind of node ("which stored procedure ..."), with the
+# node kinds each names: every object kind of a database project and the C# forms.
+# Words people mostly use in another sense are left out ("event", "field", "record" as a
+# verb, "variable"): a kind pass over the wrong kind only adds noise to the fusion.
+KIND_WORDS: dict[str, tuple[str, ...]] = {
+    "procedure": ("procedure",),
+    "procedures": ("procedure",),
+    "proc": ("procedure",),
+    "sproc": ("procedure",),
+    "table": ("table",),
+    "tables": ("table",),
+    "view": ("view",),
+    "views": ("view",),
+    "trigger": ("trigger",),
+    "triggers": ("trigger",),
+    "function": ("function",),
+    "functions": ("function",),
+    "index": ("index",),
+    "indexes": ("index",),
+    "indices": ("index",),
+    "sequence": ("sequence",),
+    "sequences": ("sequence",),
+    "synonym": ("synonym",),
+    "synonyms": ("synonym",),
+    "role": ("role",),
+    "roles": ("role",),
+    "user": ("user",),
+    "users": ("user",),
+    "login": ("login",),
+    "logins": ("login",),
+    "schema": ("schema",),
+    "schemas": ("schema",),
+    "type": ("type",),
+    "types": ("type",),
+    "partition": ("partition_function", "partition_scheme"),
+    "partitions": ("partition_function", "partition_scheme"),
+    "partitioned": ("partition_function", "partition_scheme"),
+    "filegroup": ("filegroup",),
+    "filegroups": ("filegroup",),
+    "permission": ("permission",),
+    "permissions": ("permission",),
+    "grant": ("permission",),
+    "grants": ("permission",),
+    "membership": ("membership",),
+    "memberships": ("membership",),
+    "policy": ("security_policy",),
+    "policies": ("security_policy",),
+    "assembly": ("assembly",),
+    "assemblies": ("assembly",),
+    "script": ("script",),
+    "scripts": ("script",),
+    "class": ("class",),
+    "classes": ("class",),
+    "controller": ("class",),
+    "controllers": ("class",),
+    "migration": ("class",),
+    "migrations": ("class",),
+    "interface": ("interface",),
+    "interfaces": ("interface",),
+    "method": ("method",),
+    "methods": ("method",),
+    "endpoint": ("endpoint", "method"),
+    "endpoints": ("endpoint", "method"),
+    "route": ("endpoint",),
+    "routes": ("endpoint",),
+    "records": ("record",),
+    "struct": ("struct",),
+    "structs": ("struct",),
+    "enum": ("enum",),
+    "enums": ("enum",),
+    "enumeration": ("enum",),
+    "property": ("property",),
+    "properties": ("property",),
+    "constructor": ("constructor",),
+    "constructors": ("constructor",),
 }
 
 
+# Words naming SQL kinds that are never joined with a neighbour into an identifier
+# ("stored procedure" is not CommandType.StoredProcedure). Words such as "user" or
+# "type" still join ("user name" -> UserName).
 _SQL_KIND_WORDS = frozenset(
     w
-    for w, kind in KIND_WORDS.items()
-    if kind in ("procedure", "table", "view", "trigger", "function", "index", "sequence")
+    for w, kinds in KIND_WORDS.items()
+    if set(kinds) & {"procedure", "table", "view", "trigger", "function", "index", "sequence"}
 )
 
 
@@ -56,7 +99,7 @@ def kinds_in(query: str) -> list[str]:
     """Node kinds a question names, in order."""
     return list(
         dict.fromkeys(
-            KIND_WORDS[w] for w in re.findall(r"[a-z]+", query.lower()) if w in KIND_WORDS
+            kind for w in re.findall(r"[a-z]+", query.lower()) for kind in KIND_WORDS.get(w, ())
         )
     )
 
@@ -97,8 +140,15 @@ def query_terms(query: str) -> tuple[list[str], list[str]]:
             words.append("")
             continue
         if len(parts) == 1:
-            terms.append(f'"{parts[0]}"')
-            words.append(parts[0])
+            word = parts[0]
+            base = word[:-2]
+            if word.endswith("ed") and len(base) > 2 and base[-1] == base[-2]:
+                # Porter reads "added" as "ad" but "add" (AddItem) as "add": a base that
+                # ends in a doubled letter is searched too.
+                terms.append(f'("{word}" OR "{base}")')
+            else:
+                terms.append(f'"{word}"')
+            words.append(word)
         else:
             joined = "".join(parts)
             terms.append(
@@ -107,11 +157,13 @@ def query_terms(query: str) -> tuple[list[str], list[str]]:
             words.append("")
     # "stored procedure" names a kind of SQL object, not the CommandType.StoredProcedure
     # that every data-access call mentions: words naming SQL kinds are not joined.
-    pairs = [
-        f'"{a}{b}"'
-        for a, b in itertools.pairwise(words)
-        if a and b and not {a, b} & _SQL_KIND_WORDS
-    ]
+    pairs = []
+    for a, b in itertools.pairwise(words):
+        if a and b and not {a, b} & _SQL_KIND_WORDS:
+            pairs.append(f'"{a}{b}"')
+            # A verb or plural before the noun: "runs all" spells RunAll, "adds item" AddItem.
+            if len(a) > 3 and a.endswith("s") and not a.endswith("ss"):
+                pairs.append(f'"{a[:-1]}{b}"')
     return list(dict.fromkeys(terms)), list(dict.fromkeys(pairs))
 
 

@@ -4,9 +4,10 @@ any-word BM25 passes, semantic search, and hybrid fusion."""
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,65 @@ from runtime.retrieval.words import split_identifier
 
 # Nodes the any-word pass ranks at most (see SqliteNodeStore._selective_any).
 ANY_PASS_POSTINGS = 4000
+
+# One ranking (docs/retrieval.md#one-ranking): every pass is a ranked list, fused by weighted
+# reciprocal rank, score = sum over passes of weight / (FUSION_K + rank in that pass).
+# A small k keeps the order inside each pass meaningful (rank 1 is worth 2.5x rank 10 at
+# k=5; at the usual k=60, 1.15x), so a pass's best hit is not drowned by hits that
+# several weak passes agree on.
+FUSION_K = 5
+PASS_WEIGHTS = {
+    "named": 3.0,  # a name the question writes: the strongest evidence there is
+    "joined": 1.0,  # words joined into the identifier they may spell
+    "kind": 1.0,  # of a kind the question names, with every informative word (or any)
+    "all": 1.0,  # every informative word
+    "most": 1.0,  # every informative word but one (questions hold words code never says)
+    "any": 1.0,  # any word, BM25 over the rarer words
+}
+
+# Kinds that restate a part of their parent (a table's index, key or constraint, which
+# names the parent with an `On` edge; a constructor, see _CTOR): they are searched as part
+# of the parent and returned as the parent, with `children` listing the ones that matched.
+CHILD_KINDS = frozenset(
+    {
+        "index",
+        "key",
+        "primary_key",
+        "foreign_key",
+        "constraint",
+        "check_constraint",
+        "default_constraint",
+        "unique_constraint",
+        "column",
+        "statistics",
+        "constructor",
+    }
+)
+
+# A constructor restates its type (its name is the type's name, and the type's searchable
+# text holds its signature): it is searched as part of the type, in the same file.
+_CTOR = re.compile(r"\.[^.]+\.ctor(?:#\d+)?$")
+
+# Test code (a file under a `tests` folder, a `*Tests` project or file) ranks at this
+# fraction of its score: a question about a feature wants the feature first and its tests
+# after it; tests still come first when they match at least twice as well.
+TEST_PENALTY = 0.5
+_TEST_PART = re.compile(r"(?:^|[/._\- ])(?:[Tt]ests?|\w*[a-z0-9](?:Tests?|_tests?))(?=$|[/._\- ])")
+
+
+def is_test_path(path: str) -> bool:
+    """Whether a file is test code: a folder or file name `test(s)`, `*Tests`, `*_test(s)`."""
+    return bool(_TEST_PART.search(path))
+
+
+# Hits of one file beyond the per-file cap have their score multiplied by this, once per
+# hit of the same file already ranked (see _finish): one file cannot fill the list while
+# other files match, yet a script holding a whole database still fills it when nothing
+# else does.
+FILE_PENALTY = 0.5
+
+# Hits each pass and each search type contributes to the fusion, at least.
+MIN_POOL = 20
 
 
 # BM25 column weights: names count four times the body; the meta column (scope and filter
@@ -39,6 +99,36 @@ def _hit(index: int, nid: str, score: float, path: str, kind: str, name: str) ->
         "kind": kind,
         "name": name,
     }
+
+
+def _pool(top_k: int) -> int:
+    """Hits each pass or search type ranks for the fusion: enough to fill top_k after
+    children are folded into parents and the per-file cap."""
+    return max(top_k * 3, MIN_POOL)
+
+
+def _lowered(score: float, factor: float) -> float:
+    """score moved down to factor (0..1) of itself: scaled if positive, away from zero if not
+    (a cosine may be negative), so the order it makes never rises."""
+    return score - abs(score) * (1.0 - factor)
+
+
+def _demote_tests(
+    scores: dict[str, float], info: dict[str, tuple[str, str, str]]
+) -> dict[str, float]:
+    """Scores with test code's lowered to TEST_PENALTY of themselves (see is_test_path)."""
+    return {
+        nid: _lowered(s, TEST_PENALTY) if is_test_path(info[nid][0]) else s
+        for nid, s in scores.items()
+    }
+
+
+def _tests_down(hits: list[dict[str, Any]], pool: int) -> list[dict[str, Any]]:
+    """One pass's hits re-ordered with test code's scores lowered (TEST_PENALTY), first pool."""
+    for h in hits:
+        if is_test_path(h["path"]):
+            h["score"] = _lowered(h["score"], TEST_PENALTY)
+    return sorted(hits, key=lambda h: (-h["score"], h["id"]))[:pool]
 
 
 def _any(prefix: str, values: Iterable[str]) -> str:
@@ -103,24 +193,33 @@ class SearchPasses:
         return (" AND " + " AND ".join(clauses)) if clauses else "", args
 
     def bm25(
-        self, query: str, *, scope: Scope, top_k: int, filters: dict[str, Any] | None = None
+        self,
+        query: str,
+        *,
+        scope: Scope,
+        top_k: int,
+        filters: dict[str, Any] | None = None,
+        per_file: int = 2,
     ) -> list[dict[str, Any]]:
-        """BM25 hits, best first, in passes that each add what the previous ones missed.
+        """BM25 hits, best first: the passes below fused into one ranking (see _bm25_fused).
 
-        0. nodes named by a word written as a name ("the Orders table", "usp_PlaceOrder"),
-           up to half;
+        0. nodes named by a word written as a name ("the Orders table", "usp_PlaceOrder");
         1. adjacent words joined, as the identifier they may spell ("place order" -> PlaceOrder);
-        2. nodes of a kind the question names ("which stored procedure ..."), up to half;
+        2. nodes of a kind the question names ("which stored procedure ..."), with every
+           informative word, then with any;
         3. nodes with every informative word; 4. nodes with any word.
-        Every pass ranks with BM25 inside FTS5 under the same scope and filters. Matching
-        all words before any word is both more precise and far cheaper.
+        Every pass ranks with BM25 inside FTS5 under the same scope and filters. Child
+        nodes (a table's indexes) come back as their parent; see _rank for the per-file cap.
 
         All of it reads one snapshot of the index (see `_snapshot`): the hidden labels
         are read from the statistics and written into each MATCH expression, so a node
         with a new label committed in between would otherwise be matched unfiltered.
         """
         with self._snapshot():
-            return self._bm25_passes(query, scope, top_k, filters)
+            scores, info = self._bm25_fused(query, scope, _pool(top_k), filters)
+            return self._rank(
+                scores, info, scope=scope, top_k=top_k, filters=filters, per_file=per_file
+            )
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
@@ -142,44 +241,156 @@ class SearchPasses:
         finally:
             db.rollback()  # read-only: ending it is all there is to do
 
-    def _bm25_passes(
-        self, query: str, scope: Scope, top_k: int, filters: dict[str, Any] | None
-    ) -> list[dict[str, Any]]:
-        passes: list[tuple[str, dict[str, Any] | None, int]] = [
-            ("named", filters, (top_k + 1) // 2),
-            ("joined", filters, top_k),
+    def _bm25_fused(
+        self, query: str, scope: Scope, pool: int, filters: dict[str, Any] | None
+    ) -> tuple[dict[str, float], dict[str, tuple[str, str, str]]]:
+        """(node id -> fused score, node id -> (path, kind, name)) over every pass that applies.
+
+        Each pass is a ranked list of up to `pool` hits; a node's score is the sum over the
+        passes that found it of PASS_WEIGHTS[pass] / (FUSION_K + its rank there). BM25
+        scores of different passes are not comparable (an AND of five words scores more
+        than any one word), their ranks are.
+        """
+        lists: list[tuple[str, list[dict[str, Any]]]] = [
+            ("named", self._named(query, scope, pool, filters))
         ]
+
+        def ranked(match: str, flt: dict[str, Any] | None) -> list[dict[str, Any]]:
+            # Twice the pool, so test code ranked down still leaves `pool` hits.
+            return _tests_down(self._bm25(match, scope, 2 * pool, flt), pool)
+
+        joined = fts_query(query, "joined")
+        if joined:
+            lists.append(("joined", ranked(joined, filters)))
         kinds = kinds_in(query)
         if kinds and not (filters or {}).get("kind"):
             by_kind = {**(filters or {}), "kind": kinds}
-            passes += [("all", by_kind, (top_k + 1) // 2), ("any", by_kind, (top_k + 1) // 2)]
-        passes += [("all", filters, top_k), ("any", filters, top_k)]
-        merged: list[dict[str, Any]] = []
-        from_kind_pass = 0
-        for mode, flt, cap in passes:
-            if len(merged) >= top_k:
-                break  # later passes only add below what is already full
-            kind_pass = flt is not filters
-            if mode == "named":
-                for h in self._named(query, scope, cap, filters):
-                    if all(h["id"] != m["id"] for m in merged):
-                        merged.append(h)
-                continue
             # A kind pass already selects the kind: the word naming it would only add noise.
-            words = without_kind_words(query) if kind_pass else query
-            if mode == "any":
-                match = self._selective_any(words)
-            elif mode == "all":
-                match = self._informative_all(words)
-            else:
-                match = fts_query(words, mode)
-            for h in self._bm25(match, scope, top_k, flt):
-                if len(merged) >= top_k or (kind_pass and from_kind_pass >= cap):
-                    break
-                if all(h["id"] != m["id"] for m in merged):
-                    merged.append(h)
-                    from_kind_pass += kind_pass
-        return [{**h, "rank": i + 1} for i, h in enumerate(merged)]
+            words = without_kind_words(query)
+            hits = ranked(self._informative_all(words), by_kind)
+            if len(hits) < pool:
+                seen = {h["id"] for h in hits}
+                more = ranked(self._selective_any(words), by_kind)
+                hits += [h for h in more if h["id"] not in seen][: pool - len(hits)]
+            lists.append(("kind", hits))
+        lists.append(("all", ranked(self._informative_all(query), filters)))
+        most = self._informative_all(query, missing=1)
+        if most:
+            lists.append(("most", ranked(most, filters)))
+        lists.append(("any", ranked(self._selective_any(query), filters)))
+        scores: dict[str, float] = {}
+        info: dict[str, tuple[str, str, str]] = {}
+        for name, hits in lists:
+            weight = PASS_WEIGHTS[name]
+            for rank, h in enumerate(hits, 1):
+                scores[h["id"]] = scores.get(h["id"], 0.0) + weight / (FUSION_K + rank)
+                info[h["id"]] = (h["path"], h["kind"], h["name"])
+        return scores, info
+
+    def _parents(
+        self, ids: Sequence[str], scope: Scope, filters: dict[str, Any] | None
+    ) -> dict[str, tuple[str, str, str, str]]:
+        """child id -> (parent id, path, kind, name) of its visible parent within the filters
+        (a parent the filters exclude leaves the child as it is).
+
+        An index, key or constraint's parent is what its `On` edge names (a name defined
+        twice has two: the one in the child's own file wins, then the first by id); a
+        constructor's is the type it constructs, in its own file.
+        """
+        if not ids:
+            return {}
+        where, args = self._scope_sql(scope)
+        fsql, fargs = self._filter_sql(filters)
+        marks = ",".join("?" * len(ids))
+        db = self.conn()
+        rows = db.execute(
+            "SELECT e.from_id, n.id, n.path, n.kind, n.name, c.path FROM edges e "
+            "JOIN nodes n ON n.id = e.to_id JOIN nodes c ON c.id = e.from_id "
+            f"WHERE e.from_id IN ({marks}) AND e.edge_type = 'On' AND {where}{fsql} "
+            "ORDER BY e.from_id, n.path != c.path, n.id",
+            [*ids, *args, *fargs],
+        ).fetchall()
+        out: dict[str, tuple[str, str, str, str]] = {}
+        for child, pid, path, kind, name, _ in rows:
+            if kind not in CHILD_KINDS:
+                out.setdefault(child, (pid, path, kind, name))
+        ctors = db.execute(
+            "SELECT id, repository, snapshot, path, qualified_name FROM nodes "
+            f"WHERE id IN ({marks}) AND kind = 'constructor'",
+            list(ids),
+        ).fetchall()
+        for child, repository, snapshot, path, qualified in ctors:
+            owner = _CTOR.sub("", qualified)
+            if owner == qualified:
+                continue
+            found = db.execute(
+                "SELECT n.id, n.path, n.kind, n.name FROM nodes n WHERE n.repository = ? "
+                "AND n.snapshot = ? AND n.path = ? AND n.qualified_name = ? AND n.kind IN "
+                f"('class', 'record', 'struct') AND {where}{fsql} ORDER BY n.id LIMIT 1",
+                [repository, snapshot, path, owner, *args, *fargs],
+            ).fetchone()
+            if found:
+                out[child] = (found[0], found[1], found[2], found[3])
+        return out
+
+    def _rank(
+        self,
+        scores: dict[str, float],
+        info: dict[str, tuple[str, str, str]],
+        *,
+        scope: Scope,
+        top_k: int,
+        filters: dict[str, Any] | None,
+        per_file: int,
+        children: dict[str, list[str]] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The final list: children folded into their parents, then the per-file cap.
+
+        A parent scores the best of its own score and its matching children's, and lists
+        those children (best first) under `children`. Then hits are taken best first;
+        a hit whose file already has `per_file` hits above it counts with its score times
+        FILE_PENALTY per such hit beyond the cap (per_file 0: no cap). Every taken score
+        is the best left, and a penalty only lowers scores, so scores never increase
+        down the list.
+        """
+        kids: dict[str, dict[str, float]] = {
+            p: dict.fromkeys(c, 0.0) for p, c in (children or {}).items()
+        }
+        parents = self._parents(
+            sorted(i for i in scores if info[i][1] in CHILD_KINDS), scope, filters
+        )
+        merged: dict[str, float] = {}
+        for nid, score in scores.items():
+            parent = parents.get(nid)
+            if parent is None:
+                merged[nid] = max(merged.get(nid, score), score)
+                continue
+            pid = parent[0]
+            info.setdefault(pid, parent[1:])
+            merged[pid] = max(merged.get(pid, score), score)
+            kids.setdefault(pid, {})[nid] = score
+        order = sorted(merged, key=lambda i: (-merged[i], i))
+        taken: dict[str, int] = {}
+        out: list[dict[str, Any]] = []
+        while order and len(out) < top_k:
+            best, best_score = 0, float("-inf")
+            for k, nid in enumerate(order):
+                score = merged[nid]
+                if score <= best_score:
+                    break  # sorted: no later hit can beat the best so far
+                over = taken.get(info[nid][0], 0) - per_file + 1 if per_file else 0
+                if over > 0:
+                    score = _lowered(score, FILE_PENALTY**over)
+                if score > best_score:
+                    best, best_score = k, score
+            nid = order.pop(best)
+            path = info[nid][0]
+            taken[path] = taken.get(path, 0) + 1
+            hit = _hit(len(out), nid, best_score, *info[nid])
+            if kids.get(nid):
+                hit["children"] = sorted(kids[nid], key=lambda c: (-kids[nid][c], c))
+            out.append(hit)
+        return out
 
     def _named(
         self, query: str, scope: Scope, limit: int, filters: dict[str, Any] | None
@@ -248,19 +459,28 @@ class SearchPasses:
             total += df
         return " OR ".join(kept + pairs)
 
-    def _informative_all(self, query: str) -> str:
+    def _informative_all(self, query: str, missing: int = 0) -> str:
         """The all-words expression without the words in half the nodes or more.
 
         FTS5's BM25 gives such a word no weight (its idf is clamped), so requiring it only
         drops nodes: "how is stock reserved for an order" in a codebase about orders must
         still find ReserveAsync, which never says "order". If every word is that common,
-        all are required.
+        all are required. missing=1: every word but any one ("" under three words), since
+        a question holds words its answer never says ("how is X moved").
         """
         terms, _ = query_terms(query)
         stats = self._stats()
         half = stats.nodes // 2
         kept = [t for t in terms if 2 * self._doc_count(stats, t, half) < stats.nodes]
-        return " AND ".join(kept or terms)
+        kept = kept or terms
+        if not missing:
+            return " AND ".join(kept)
+        if len(kept) < 3:
+            return ""
+        return " OR ".join(
+            "(" + " AND ".join(t for j, t in enumerate(kept) if j != i) + ")"
+            for i in range(len(kept))
+        )
 
     def _doc_count(self, stats: _Stats, term: str, cap: int) -> int:
         """Nodes matching one term, counted up to cap + 1 (cached until the index changes)."""
@@ -355,26 +575,33 @@ class SearchPasses:
         top_k: int,
         embedder: Any,
         filters: dict[str, Any] | None = None,
+        per_file: int = 2,
     ) -> list[dict[str, Any]]:
-        """Cosine-similarity hits over stored vectors of the embedder's model."""
+        """Cosine-similarity hits over stored vectors of the embedder's model (children
+        folded into parents and the per-file cap as for BM25)."""
         from runtime.retrieval.embeddings import cosine_top
 
         where, args = self._scope_sql(scope)
         fsql, fargs = self._filter_sql(filters)
-        rows = (
-            self.conn()
-            .execute(
-                "SELECT n.id, v.vector, n.path, n.kind, n.name FROM vectors v JOIN nodes n ON n.rowid = v.node "
-                f"WHERE v.model = ? AND {where}{fsql}",
-                [embedder.name, *args, *fargs],
+        with self._snapshot():
+            rows = (
+                self.conn()
+                .execute(
+                    "SELECT n.id, v.vector, n.path, n.kind, n.name FROM vectors v "
+                    f"JOIN nodes n ON n.rowid = v.node WHERE v.model = ? AND {where}{fsql}",
+                    [embedder.name, *args, *fargs],
+                )
+                .fetchall()
             )
-            .fetchall()
-        )
-        if not rows:
-            return []
-        [qvec] = embedder.embed([query])
-        best = cosine_top(qvec, [r[1] for r in rows], top_k)
-        return [_hit(k, rows[i][0], s, *rows[i][2:5]) for k, (i, s) in enumerate(best)]
+            if not rows:
+                return []
+            [qvec] = embedder.embed([query])
+            best = cosine_top(qvec, [r[1] for r in rows], _pool(top_k))
+            info = {rows[i][0]: (rows[i][2], rows[i][3], rows[i][4]) for i, _ in best}
+            scores = _demote_tests({rows[i][0]: s for i, s in best}, info)
+            return self._rank(
+                scores, info, scope=scope, top_k=top_k, filters=filters, per_file=per_file
+            )
 
     def search(
         self,
@@ -386,30 +613,53 @@ class SearchPasses:
         filters: dict[str, Any] | None = None,
         rrf_k: int = 60,
         embedder: Any = None,
+        per_file: int = 2,
     ) -> list[dict[str, Any]]:
-        """BM25, semantic, or hybrid by reciprocal rank fusion."""
+        """BM25, semantic, or hybrid (their ranks fused by reciprocal rank fusion).
+
+        per_file: hits of one file before the rest of its hits are ranked down (0: no cap).
+        """
         if search_type == "bm25":
-            return self.bm25(query, scope=scope, top_k=top_k, filters=filters)
+            return self.bm25(query, scope=scope, top_k=top_k, filters=filters, per_file=per_file)
         if embedder is None:
             from runtime.retrieval.embeddings import default_embedder
 
             embedder = default_embedder()
         if search_type == "semantic":
             return self.semantic(
-                query, scope=scope, top_k=top_k, embedder=embedder, filters=filters
+                query,
+                scope=scope,
+                top_k=top_k,
+                embedder=embedder,
+                filters=filters,
+                per_file=per_file,
             )
-        pool = max(top_k * 4, 20)
+        pool = _pool(top_k)
+        # Uncapped lists: the cap applies once, to the fused ranking.
         lists = [
-            self.bm25(query, scope=scope, top_k=pool, filters=filters),
-            self.semantic(query, scope=scope, top_k=pool, embedder=embedder, filters=filters),
+            self.bm25(query, scope=scope, top_k=pool, filters=filters, per_file=0),
+            self.semantic(
+                query, scope=scope, top_k=pool, embedder=embedder, filters=filters, per_file=0
+            ),
         ]
         fused: dict[str, float] = {}
-        info: dict[str, dict[str, Any]] = {}
+        info: dict[str, tuple[str, str, str]] = {}
+        children: dict[str, list[str]] = {}
         for hits in lists:
             for h in hits:
                 fused[h["id"]] = fused.get(h["id"], 0.0) + 1.0 / (rrf_k + h["rank"])
-                info[h["id"]] = h
-        order = sorted(fused, key=lambda i: (-fused[i], i))[:top_k]
-        return [
-            {**info[i], "score": round(fused[i], 6), "rank": k + 1} for k, i in enumerate(order)
-        ]
+                info[h["id"]] = (h["path"], h["kind"], h["name"])
+                if h.get("children"):
+                    children[h["id"]] = list(
+                        dict.fromkeys(children.get(h["id"], []) + h["children"])
+                    )
+        with self._snapshot():
+            return self._rank(
+                fused,
+                info,
+                scope=scope,
+                top_k=top_k,
+                filters=filters,
+                per_file=per_file,
+                children=children,
+            )

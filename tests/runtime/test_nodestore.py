@@ -31,10 +31,21 @@ def test_split_identifier_and_query():
 
 @pytest.mark.parametrize("query", ["BasketService", "basket_service", "basket service"])
 def test_identifier_spellings_reach_the_same_code(sample_index, query):
-    hits = sample_index.search(query, scope=PUBLIC, top_k=3)
+    hits = sample_index.search(query, scope=PUBLIC, top_k=3, per_file=0)
     assert {h["path"] for h in hits} == {"src/Eshop.Core/Services/BasketService.cs"}
-    assert all(set(h) == {"id", "score", "rank", "path", "kind", "name"} for h in hits)
+    assert hits[0]["id"] == "eshop::main::class::Eshop.Core.Services.BasketService"
+    # Its constructor restates the class: searched as part of it, listed under it.
+    assert hits[0]["children"] == [
+        "eshop::main::constructor::Eshop.Core.Services.BasketService.BasketService.ctor"
+    ]
+    assert all(
+        set(h) - {"children"} == {"id", "score", "rank", "path", "kind", "name"} for h in hits
+    )
     assert [h["rank"] for h in hits] == [1, 2, 3]
+    # With the default per-file cap of 2, the third hit comes from another file.
+    capped = sample_index.search(query, scope=PUBLIC, top_k=3)
+    assert capped[:2] == hits[:2]
+    assert capped[2]["path"] != "src/Eshop.Core/Services/BasketService.cs"
 
 
 def test_ids_are_stable_and_readable(sample_index):
