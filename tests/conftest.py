@@ -260,6 +260,56 @@ def minilm_dir() -> Path:
     return model
 
 
+class CachedMiniLM:
+    """The real MiniLM, with the vectors it computed kept across test runs.
+
+    Encoding the sample codebase costs minutes of CPU on a small machine, and the search
+    tests need the real model's vectors, not a fresh computation of them. A vector is
+    reused only for the same text, the same weights (sha256 of model.safetensors) and
+    the same encoder source (runtime/retrieval/embeddings.py), so a change to either
+    recomputes everything. The encoder itself is tested uncached
+    (test_vectors_match_sentence_transformers).
+    """
+
+    def __init__(self, real: Any, model_dir: Path) -> None:
+        import hashlib
+        import inspect
+        import os
+
+        import runtime.retrieval.embeddings as module
+
+        self.real = real
+        self.name = real.name
+        digest = hashlib.sha256((model_dir / "model.safetensors").read_bytes())
+        digest.update(Path(inspect.getfile(module)).read_bytes())
+        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        self.path = base / "step-runtime-tests" / "minilm-vectors" / f"{digest.hexdigest()}.json"
+        self.vectors: dict[str, list[float]] = (
+            _json.loads(self.path.read_text()) if self.path.is_file() else {}
+        )
+        self.computed = 0  # texts the real model encoded in this session
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """The real model's vectors, computed only for texts not seen before."""
+        todo = list(dict.fromkeys(t for t in texts if t not in self.vectors))
+        if todo:
+            self.vectors.update(zip(todo, self.real.embed(todo), strict=True))
+            self.computed += len(todo)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(f".{_threading.get_ident()}.tmp")
+            tmp.write_text(_json.dumps(self.vectors))
+            tmp.replace(self.path)  # atomic: a concurrent session never reads half a file
+        return [self.vectors[t] for t in texts]
+
+
+@pytest.fixture(scope="session")
+def minilm_cached(minilm_dir: Path) -> CachedMiniLM:
+    """The real all-MiniLM-L6-v2, its vectors cached across runs (see CachedMiniLM)."""
+    from runtime.retrieval.embeddings import MiniLMEmbedder
+
+    return CachedMiniLM(MiniLMEmbedder(minilm_dir), minilm_dir)
+
+
 # --- a scripted chat-completions server on 127.0.0.1 --------------------------------
 
 

@@ -105,9 +105,13 @@ SEMANTIC_TOP3 = ("--type", "semantic", "--top-k", "3", "--json")
 
 
 def test_semantic_search_from_the_cli_with_the_real_model(
-    runner, tmp_path, minilm_dir, monkeypatch
+    runner, tmp_path, minilm_dir, minilm_cached, monkeypatch
 ):
+    import runtime.retrieval.embeddings
+
     monkeypatch.setenv("RUNTIME_MINILM_DIR", str(minilm_dir))
+    # `--embedder minilm` loads the real model through this; its vectors are cached across runs.
+    monkeypatch.setattr(runtime.retrieval.embeddings, "_minilm", lambda model_dir: minilm_cached)
     idx = str(tmp_path / "i.db")
     src = SAMPLE_ROOT / "Database"
     done = runner.invoke(cli, ["index", str(src), "--index", idx, "--embedder", "minilm", "--json"])

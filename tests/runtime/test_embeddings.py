@@ -35,20 +35,21 @@ def test_vectors_match_sentence_transformers(minilm):
 
 
 @pytest.fixture(scope="module")
-def semantic_index(tmp_path_factory, minilm):
+def semantic_index(tmp_path_factory, minilm_cached):
+    """The sample indexed with the real model's vectors (cached across runs: see conftest)."""
     store = open_store(str(tmp_path_factory.mktemp("sem") / "i.db"), create=True)
-    index_paths(store, [str(SAMPLE_ROOT)], repository="eshop", embedder=minilm)
+    index_paths(store, [str(SAMPLE_ROOT)], repository="eshop", embedder=minilm_cached)
     return store
 
 
 @pytest.fixture(scope="module")
-def find(semantic_index, minilm):
+def find(semantic_index, minilm_cached):
     """find(query, kind, top_k, repository, snapshot): the hits of one search with MiniLM."""
 
     def search(query, kind, top_k=5, repository="eshop", snapshot="main"):
         scope = Scope(repository, snapshot)
         return semantic_index.search(
-            query, scope=scope, top_k=top_k, search_type=kind, embedder=minilm
+            query, scope=scope, top_k=top_k, search_type=kind, embedder=minilm_cached
         )
 
     return search
