@@ -1,0 +1,463 @@
+"""The budget policy of a model call: decide ok | needs_summary | reject, and apply it.
+
+A prompt is a list of `PromptMessage`s, each a sequence of fixed text and `Segment`s
+(payloads: a user part's value, an evidence block, a history turn, a thread message).
+`enforce` counts it against the model profile's prompt budget with the real tokenizer:
+
+- `ok`: it fits; nothing changes;
+- `needs_summary`: the oldest summarisable segments are replaced, one at a time, by
+  pointers (runtime/context/pointers.py) holding a summary (summarize.py), and the
+  prompt is decided again until it fits; segments that are not summarisable (a user
+  part with `summarizable: false`, the question, system and user turns) are never
+  touched;
+- `reject`: it cannot fit (the non-summarisable part alone is over the budget, the
+  budget is under the emergency floor, or the policy is off); the caller raises
+  `CONTEXT_OVERFLOW`.
+
+`dry_run` decides and records what it would replace but changes nothing. Every
+decision is exact: a prompt the policy passes is counted whole, never estimated.
+Counting is cheap for huge payloads: a segment whose byte size or counted prefix (cut
+where BPE pieces cannot span, see tokens.py) already exceeds the budget is known to
+overflow without counting the rest.
+
+`compact_thread` is the rolling ledger of a conversation thread: past
+`trace_threshold_tokens`, its oldest summarisable messages become pointers, system and
+user messages stay, in order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from runtime.context import pointers as ptr
+from runtime.context.summarize import KINDS, MAX_TOKEN_BYTES, line_count, summarise
+from runtime.errors import RunError
+
+DEFAULT_SUMMARY_TOKENS = 200
+DEFAULT_EMERGENCY_FLOOR = 256
+_JOINT_SLACK = 2  # tokens a joint between two pieces may add when counted together
+_SAFE_CUT = re.compile(r"\n(?=[^\s/])")  # see runtime/context/tokens.py
+
+POLICY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Token budget policy of model calls (docs/budget.md).",
+    "properties": {
+        "enabled": {"type": "boolean", "description": "Summarise to fit (default true here)."},
+        "dry_run": {"type": "boolean", "description": "Decide and trace, never change."},
+        "prompt_budget": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Prompt tokens (default: window minus response_reserve).",
+        },
+        "response_reserve": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Tokens kept for the reply (default: the step's max_output_tokens).",
+        },
+        "trace_threshold_tokens": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Compact a conversation thread past this many tokens.",
+        },
+        "summary_tokens": {
+            "type": "integer",
+            "minimum": 16,
+            "description": f"Tokens of each summary (default {DEFAULT_SUMMARY_TOKENS}).",
+        },
+        "emergency_floor": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Reject when the prompt budget is under this (default "
+            f"{DEFAULT_EMERGENCY_FLOOR}).",
+        },
+    },
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """settings.context_policy with a step's context_policy over it."""
+
+    enabled: bool = False
+    dry_run: bool = False
+    prompt_budget: int | None = None
+    response_reserve: int | None = None
+    trace_threshold_tokens: int | None = None
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS
+    emergency_floor: int = DEFAULT_EMERGENCY_FLOOR
+
+
+def policy_config(settings: Mapping[str, Any], step: Mapping[str, Any]) -> PolicyConfig:
+    """The policy of one step: none configured is off (overflow is CONTEXT_OVERFLOW)."""
+    merged: dict[str, Any] = {}
+    for source in (settings.get("context_policy"), step.get("context_policy")):
+        if isinstance(source, Mapping):
+            merged.update(source)
+    if not merged:
+        return PolicyConfig()
+    known = set(PolicyConfig.__dataclass_fields__)
+    return PolicyConfig(**{"enabled": True, **{k: v for k, v in merged.items() if k in known}})
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A model's budget: window, reserved reply, prompt budget, emergency floor."""
+
+    model: str
+    window: int
+    reserve: int
+    budget: int
+    floor: int
+
+
+def model_profile(model: str, window: int, max_output_tokens: int, cfg: PolicyConfig) -> Profile:
+    """The profile of a call: the budget is the window less the reserve, or less if set."""
+    reserve = cfg.response_reserve if cfg.response_reserve is not None else max_output_tokens
+    budget = window - reserve
+    if cfg.prompt_budget is not None:
+        budget = min(budget, cfg.prompt_budget)
+    return Profile(model, window, reserve, budget, cfg.emergency_floor)
+
+
+@dataclass
+class Segment:
+    """A payload in a prompt: its id, text, whether it may be summarised, its kind hint."""
+
+    sid: str
+    text: str
+    summarizable: bool = True
+    kind: str | None = None
+    pointer: ptr.Pointer | None = None
+
+    @property
+    def shown(self) -> str:
+        """What the prompt holds: the text, or the pointer block that replaced it."""
+        return self.pointer.display_text if self.pointer else self.text
+
+
+@dataclass
+class PromptMessage:
+    """One chat message as fixed text and segments, concatenated in order."""
+
+    role: str
+    pieces: list[str | Segment]
+
+    def content(self) -> str:
+        """The message text as sent."""
+        return "".join(p if isinstance(p, str) else p.shown for p in self.pieces)
+
+    def segments(self) -> list[Segment]:
+        """The message's segments in order."""
+        return [p for p in self.pieces if isinstance(p, Segment)]
+
+
+@dataclass
+class Decision:
+    """What the policy decided for one call, for the trace and the caller."""
+
+    decision: str  # ok | needs_summary | reject
+    reason: str
+    prompt_tokens: int  # as sent (exact), or the lower bound the reject was decided on
+    original_tokens: int  # before any summary (a lower bound when "exact" is False)
+    budget: int
+    reserve: int
+    deficit: int
+    summarised: list[dict[str, Any]] = field(default_factory=list)
+    dry_run: bool = False
+    exact: bool = True
+
+    def trace_data(self, step: str, model: str) -> dict[str, Any]:
+        """The CONTEXT_BUDGET_DECISION event's fields."""
+        return {
+            "step": step,
+            "model": model,
+            "prompt_tokens": self.prompt_tokens,
+            "original_tokens": self.original_tokens,
+            "reserve": self.reserve,
+            "budget": self.budget,
+            "decision": self.decision,
+            "reason": self.reason,
+            "deficit": self.deficit,
+            "summarised": [s["pointer_id"] for s in self.summarised],
+            "summaries": self.summarised,
+            "dry_run": self.dry_run,
+        }
+
+
+def lower_bound(text: str, limit: int, counter: Any) -> tuple[int, bool]:
+    """(tokens, exact) of text, or a lower bound above limit found without counting it all."""
+    size = len(text.encode("utf-8")) if len(text) * 4 > limit * MAX_TOKEN_BYTES else len(text)
+    if size // MAX_TOKEN_BYTES > limit:  # no token holds more than MAX_TOKEN_BYTES bytes
+        return size // MAX_TOKEN_BYTES, False
+    # Counts add up exactly at a safe cut, so a prefix's count is a lower bound of the whole.
+    pos = max(4 * limit, 4096)
+    while pos < len(text):
+        m = _SAFE_CUT.search(text, pos)
+        if m is None:
+            break
+        head = counter.count_cached(text[: m.end()])
+        if head > limit:
+            return head, False
+        pos = 2 * m.end()
+    return counter.count_cached(text), True
+
+
+def prompt_tokens(messages: Sequence[PromptMessage], counter: Any, overhead: int) -> int:
+    """The exact prompt size: each message's content plus its framing tokens."""
+    return sum(counter.count_cached(m.content()) + overhead for m in messages)
+
+
+def _estimate(
+    messages: Sequence[PromptMessage], sizes: dict[int, int], counter: Any, slack: int
+) -> int:
+    """Sum of pieces' counts (segments from sizes), with slack per joint."""
+    total = 0
+    for m in messages:
+        for p in m.pieces:
+            if isinstance(p, str):
+                total += counter.count_cached(p) if p else 0
+            else:
+                total += sizes[id(p)]
+            total += slack
+    return max(total, 0)
+
+
+class _NoStore:
+    """A dry run's store: keeps nothing."""
+
+    def put_original(self, run_id: str, pointer_id: str, sha256: str, kind: str, text: str) -> None:
+        """Keep nothing."""
+
+    def get_original(self, run_id: str, pointer_id: str) -> tuple[str, str] | None:
+        """Nothing is kept."""
+        return None
+
+    def pointers(self, run_id: str) -> list[dict[str, Any]]:
+        """Nothing is kept."""
+        return []
+
+
+def point(
+    seg: Segment,
+    store: ptr.PointerStore,
+    run_id: str,
+    counter: Any,
+    summary_tokens: int,
+    summariser: Callable[..., Any] = summarise,
+) -> ptr.Pointer:
+    """Summarise a segment's text and store it behind a pointer (returned, not applied)."""
+    lines = line_count(seg.text)
+    kind = seg.kind if seg.kind in KINDS else None
+    room = max(16, summary_tokens)
+    summary = summariser(seg.text, kind, room, counter)
+    return ptr.make_pointer(store, run_id, seg.text, summary.kind, summary.text, lines)
+
+
+def enforce(
+    messages: Sequence[PromptMessage],
+    profile: Profile,
+    cfg: PolicyConfig,
+    counter: Any,
+    *,
+    store: ptr.PointerStore,
+    run_id: str,
+    overhead: int,
+) -> Decision:
+    """Decide for one prompt and, unless dry_run, replace segments by pointers to fit."""
+    budget = profile.budget
+    base: dict[str, Any] = {"budget": budget, "reserve": profile.reserve, "dry_run": cfg.dry_run}
+    segs = [s for m in messages for s in m.segments() if s.pointer is None]
+    sizes: dict[int, int] = {}
+    bounded: set[int] = set()  # segments whose size is a lower bound, not a count
+    for s in segs:
+        sizes[id(s)], known = lower_bound(s.text, budget, counter)
+        if not known:
+            bounded.add(id(s))
+    exact = not bounded
+    for m in messages:
+        for s in m.segments():
+            if s.pointer is not None:
+                sizes[id(s)] = counter.count_cached(s.shown)
+    if exact:
+        original = prompt_tokens(messages, counter, overhead)
+    else:
+        original = max(sizes.values()) + overhead
+    if original <= budget:
+        return Decision("ok", "fits", original, original, deficit=0, **base)
+    if budget < profile.floor:
+        return Decision(
+            "reject",
+            f"the prompt budget {budget} is under the emergency floor {profile.floor}",
+            original,
+            original,
+            deficit=original - budget,
+            exact=exact,
+            **base,
+        )
+    if not cfg.enabled:
+        return Decision(
+            "reject",
+            "over budget and no context_policy",
+            original,
+            original,
+            deficit=original - budget,
+            exact=exact,
+            **base,
+        )
+    # Work on copies in a dry run: the caller's prompt must stay as it is.
+    work = list(messages)
+    if cfg.dry_run:
+        work = [
+            PromptMessage(m.role, [replace(p) if isinstance(p, Segment) else p for p in m.pieces])
+            for m in messages
+        ]
+        for wm, om in zip(work, messages, strict=True):
+            for w, o in zip(wm.segments(), om.segments(), strict=True):
+                sizes[id(w)] = sizes[id(o)]
+                if id(o) in bounded:
+                    bounded.add(id(w))
+    inexact = bounded
+    store_used: ptr.PointerStore = _NoStore() if cfg.dry_run else store
+    all_segs = [s for m in work for s in m.segments()]
+    # Oldest first: segments in prompt order (history, then parts and their blocks).
+    candidates = [s for s in all_segs if s.summarizable and s.pointer is None]
+    summarised: list[dict[str, Any]] = []
+
+    def settled() -> bool:  # every size known exactly (no lower bound left in the prompt)
+        return not any(id(s) in inexact and s.pointer is None for s in all_segs)
+
+    def fits() -> int | None:  # the exact size when it may fit, else None
+        if not settled() or _estimate(work, sizes, counter, 0) + overhead * len(work) > budget:
+            return None
+        return prompt_tokens(work, counter, overhead)
+
+    tokens: int | None = None
+    for seg in candidates:
+        tokens = fits()
+        if tokens is not None and tokens <= budget:
+            break
+        before = sizes[id(seg)]
+        pointer = point(seg, store_used, run_id, counter, cfg.summary_tokens)
+        after = counter.count_cached(pointer.display_text)
+        if after >= before:
+            continue  # a pointer would not be smaller: keep the payload
+        seg.pointer = pointer
+        sizes[id(seg)] = after
+        summarised.append(
+            {
+                "id": seg.sid,
+                **ptr.as_mapping(pointer),
+                "tokens_before": before,
+                "tokens_after": after,
+            }
+        )
+    else:
+        tokens = fits()
+    if tokens is None:  # still over: exact when known, else the lower bound
+        tokens = (
+            prompt_tokens(work, counter, overhead)
+            if settled()
+            else _estimate(work, sizes, counter, -_JOINT_SLACK) + overhead * len(work)
+        )
+    if tokens > budget:
+        return Decision(
+            "reject",
+            "the parts that may not be summarised exceed the budget",
+            tokens,
+            original,
+            deficit=tokens - budget,
+            summarised=summarised,
+            exact=settled(),
+            **base,
+        )
+    return Decision(
+        "needs_summary",
+        f"{len(summarised)} payload(s) summarised behind pointers",
+        tokens,
+        original,
+        deficit=original - budget,
+        summarised=summarised,
+        exact=exact,
+        **base,
+    )
+
+
+@dataclass
+class Compaction:
+    """What compact_thread did: the map of replaced messages and the tokens saved."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    tokens_before: int = 0
+    tokens_after: int = 0
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens the thread lost by compaction."""
+        return self.tokens_before - self.tokens_after
+
+
+def compact_thread(
+    thread: Sequence[PromptMessage],
+    threshold: int,
+    counter: Any,
+    *,
+    store: ptr.PointerStore,
+    run_id: str,
+    overhead: int,
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
+) -> Compaction:
+    """Past threshold tokens, replace the oldest summarisable messages by pointers, in place.
+
+    The ledger is each message's token count (cached by content, so a thread that grows
+    by a turn is counted only over the new turn). System and user messages are never
+    summarisable; order is kept. Returns the compaction map (index, role, pointer id,
+    tokens before and after).
+    """
+    ledger = [counter.count_cached(m.content()) + overhead for m in thread]
+    out = Compaction(tokens_before=sum(ledger), tokens_after=sum(ledger))
+    if out.tokens_before <= threshold:
+        return out
+    total = out.tokens_before
+    for index, message in enumerate(thread):
+        if total <= threshold:
+            break
+        for seg in message.segments():
+            if not seg.summarizable or seg.pointer is not None:
+                continue
+            pointer = point(seg, store, run_id, counter, summary_tokens)
+            before = ledger[index]
+            seg.pointer = pointer
+            after = counter.count_cached(message.content()) + overhead
+            if after >= before:
+                seg.pointer = None  # no smaller: keep the message
+                continue
+            ledger[index] = after
+            total += after - before
+            out.entries.append(
+                {
+                    "index": index,
+                    "role": message.role,
+                    "id": seg.sid,
+                    "pointer_id": pointer.pointer_id,
+                    "tokens_before": before,
+                    "tokens_after": after,
+                }
+            )
+    out.tokens_after = total
+    return out
+
+
+def check_config(value: Any, where: str) -> None:
+    """A context_policy mapping's keys and values (the schema checks files; this, APIs)."""
+    if not isinstance(value, Mapping):
+        raise RunError(f"{where}: context_policy must be a mapping", code="CONTEXT_POLICY_INVALID")
+    unknown = sorted(set(value) - set(POLICY_SCHEMA["properties"]))
+    if unknown:
+        raise RunError(
+            f"{where}: unknown context_policy key(s) {', '.join(unknown)}",
+            code="CONTEXT_POLICY_INVALID",
+        )
