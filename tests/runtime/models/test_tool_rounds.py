@@ -2,7 +2,8 @@
 
 The server issues the tool call; the step runs it and sends the result back as a
 `tool` message; the model's next reply is the step's answer. Recorded to a cassette,
-the same run replays offline with the same tool message.
+the same run replays offline with the same tool message. The novel sits in the run's
+pointer store (runtime/context/pointers.py) as the context policy leaves an elided payload.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 from actions import _tools
 from actions.call_model import MESSAGE_OVERHEAD
+from runtime.context.pointers import make_pointer, pointer_id_of
 from runtime.context.tokens import get_counter
 from runtime.engine import Engine
 from runtime.engine.services import Services
@@ -24,25 +26,11 @@ NOVEL = "".join(f"line {n}: It is a truth universally acknowledged.\n" for n in 
 SYSTEM = "Answer from the text; fetch elided parts with the rehydrate tool."
 
 
-@pytest.fixture
-def originals(monkeypatch):
-    """A stand-in pointer store: pointer id -> original; `lines A-B` slices exactly."""
-    store = {"p-novel": NOVEL}
-
-    def rehydrate(ctx: Any, args: dict[str, Any]) -> str:
-        from runtime.errors import RunError
-
-        text = store.get(args.get("pointer_id", ""))
-        if text is None:
-            raise RunError(f"no pointer {args.get('pointer_id')!r}", code="VARIABLE_MISSING")
-        part = args.get("slice")
-        if not part:
-            return text
-        a, b = (int(x) for x in part.removeprefix("lines ").split("-"))
-        return "".join(text.splitlines(keepends=True)[a - 1 : b])
-
-    monkeypatch.setitem(_tools.HANDLERS, "rehydrate", rehydrate)
-    return store
+def _services(pipeline: Pipeline, tmp_path, **extra: Any) -> Services:
+    """Services whose pointer store holds the novel for run "t", as the policy leaves it."""
+    services = Services(settings=pipeline.settings, base_dir=str(tmp_path), **extra)
+    make_pointer(services.pointers, "t", NOVEL, "text", "(summary)", NOVEL.count("\n"))
+    return services
 
 
 def call(call_id: str, name: str, arguments: str) -> str:
@@ -91,15 +79,16 @@ def run(tmp_path, url: str, window: int = 8192, **step: Any):
         ],
     }
     pipeline = Pipeline.from_dict(data, file=str(tmp_path / "p.yaml"))
-    services = Services(settings=pipeline.settings, base_dir=str(tmp_path))
+    services = _services(pipeline, tmp_path)
     return Engine(pipeline, services=services).run({"question": "Who?"}, run_id="t")
 
 
-ARGS = json.dumps({"pointer_id": "p-novel", "slice": "lines 3-5"})
+POINTER = pointer_id_of(NOVEL)[0]
+ARGS = json.dumps({"pointer_id": POINTER, "slice": "lines 3-5"})
 SLICE = "".join(NOVEL.splitlines(keepends=True)[2:5])
 
 
-def test_the_model_gets_the_exact_slice_it_asked_for(tmp_path, chat_server, originals):
+def test_the_model_gets_the_exact_slice_it_asked_for(tmp_path, chat_server):
     chat_server.script = [{"raw": call("c1", "rehydrate", ARGS)}, {"reply": "Mr. Bennet."}]
     result = run(tmp_path, chat_server.url)
     assert result.status == "completed", result.error
@@ -110,13 +99,13 @@ def test_the_model_gets_the_exact_slice_it_asked_for(tmp_path, chat_server, orig
     assert tool == {"role": "tool", "tool_call_id": "c1", "content": SLICE}
     assert second["messages"][-2]["tool_calls"][0]["function"]["arguments"] == ARGS
     (event,) = [e for e in result.events if e["type"] == "MODEL_TOOL_CALL"]
-    assert (event["pointer_id"], event["slice"], event["error"]) == ("p-novel", "lines 3-5", None)
+    assert (event["pointer_id"], event["slice"], event["error"]) == (POINTER, "lines 3-5", None)
     assert event["tokens"] == COUNT(SLICE)
     (model_call,) = [e for e in result.events if e["type"] == "MODEL_CALL"]
     assert model_call["messages"][-1]["content"] == SLICE  # the trace shows what was sent
 
 
-def test_rounds_are_bounded_and_the_last_request_offers_no_tools(tmp_path, chat_server, originals):
+def test_rounds_are_bounded_and_the_last_request_offers_no_tools(tmp_path, chat_server):
     chat_server.script = [{"raw": call(f"c{n}", "rehydrate", ARGS)} for n in range(2)]
     chat_server.script.append({"reply": "answered"})
     result = run(tmp_path, chat_server.url, max_tool_rounds=2)
@@ -125,7 +114,7 @@ def test_rounds_are_bounded_and_the_last_request_offers_no_tools(tmp_path, chat_
     assert ["tools" in b for b in bodies] == [True, True, False]
 
 
-def test_a_model_that_keeps_calling_tools_fails_the_step(tmp_path, chat_server, originals):
+def test_a_model_that_keeps_calling_tools_fails_the_step(tmp_path, chat_server):
     chat_server.script = [{"raw": call(f"c{n}", "rehydrate", ARGS)} for n in range(3)]
     result = run(tmp_path, chat_server.url, max_tool_rounds=2)
     assert result.status == "failed"
@@ -140,13 +129,13 @@ def _room_window(slice_tokens: int) -> int:
     return 100 + prompt + assistant + MESSAGE_OVERHEAD + slice_tokens
 
 
-def test_a_slice_that_exactly_fits_is_sent(tmp_path, chat_server, originals):
+def test_a_slice_that_exactly_fits_is_sent(tmp_path, chat_server):
     chat_server.script = [{"raw": call("c1", "rehydrate", ARGS)}, {"reply": "ok"}]
     run(tmp_path, chat_server.url, window=_room_window(COUNT(SLICE)))
     assert chat_server.requests[1]["body"]["messages"][-1]["content"] == SLICE
 
 
-def test_a_slice_one_token_too_big_is_refused_never_cut(tmp_path, chat_server, originals):
+def test_a_slice_one_token_too_big_is_refused_never_cut(tmp_path, chat_server):
     chat_server.script = [{"raw": call("c1", "rehydrate", ARGS)}, {"reply": "ok"}]
     result = run(tmp_path, chat_server.url, window=_room_window(COUNT(SLICE)) - 1)
     assert result.status == "completed"
@@ -163,11 +152,13 @@ def test_a_slice_one_token_too_big_is_refused_never_cut(tmp_path, chat_server, o
         ("search_web", ARGS, "TOOL_UNKNOWN"),
         ("rehydrate", "[1, 2]", "TOOL_ARGUMENTS_INVALID"),
         ("rehydrate", "{not json", "TOOL_ARGUMENTS_INVALID"),
-        ("rehydrate", json.dumps({"pointer_id": "p-none"}), "VARIABLE_MISSING"),
+        ("rehydrate", json.dumps({"pointer_id": "ptr-0123456789abcdef"}), "POINTER_UNKNOWN"),
+        ("rehydrate", json.dumps({"pointer_id": POINTER, "slice": "lines 40-41"}), "SLICE_INVALID"),
+        ("rehydrate", json.dumps({"pointer_id": 7}), "TOOL_ARGUMENTS_INVALID"),
     ],
 )
 def test_a_bad_call_is_answered_with_its_error_and_traced(
-    tmp_path, chat_server, originals, name, arguments, code
+    tmp_path, chat_server, name, arguments, code
 ):
     chat_server.script = [{"raw": call("c1", name, arguments)}, {"reply": "sorry"}]
     result = run(tmp_path, chat_server.url)
@@ -177,7 +168,7 @@ def test_a_bad_call_is_answered_with_its_error_and_traced(
     assert event["error"] == code
 
 
-def test_the_tool_round_trip_replays_from_a_cassette(tmp_path, chat_server, originals):
+def test_the_tool_round_trip_replays_from_a_cassette(tmp_path, chat_server):
     chat_server.script = [{"raw": call("c1", "rehydrate", ARGS)}, {"reply": "Mr. Bennet."}]
     cassette = tmp_path / "tools.jsonl"
     live = run_recorded(tmp_path, chat_server.url, cassette)
@@ -219,7 +210,7 @@ def _engine(tmp_path, spec: str, **services: Any):
         ],
     }
     pipeline = Pipeline.from_dict(data, file=str(tmp_path / "p.yaml"))
-    svc = Services(settings=pipeline.settings, base_dir=str(tmp_path), model_spec=spec, **services)
+    svc = _services(pipeline, tmp_path, model_spec=spec, **services)
     result = Engine(pipeline, services=svc).run({"question": "Who?"}, run_id="t")
     assert result.status == "completed", result.error
     return result
