@@ -377,6 +377,27 @@ def test_inputs_declared_missing_unknown_and_defaults():
         assert info.value.code == code
 
 
+@pytest.mark.parametrize(
+    ("declared", "accepted", "refused"),
+    [
+        ("integer", [0, -3, 10**20], [True, False, 2.5, "3", None]),
+        ("number", [0, 2.5, -1e300], [True, False, "2.5", [1]]),
+        ("boolean", [True, False], [0, 1, "true"]),
+        ("string", ["", "x"], [1, True, ["x"]]),
+    ],
+)
+def test_input_types_are_exact_and_a_boolean_is_no_number(declared, accepted, refused):
+    # bool is an int subclass in Python; JSON keeps them apart, and so do declared inputs.
+    p = make([{"id": "a", "action": "put", "end": True}], inputs={"v": {"type": declared}})
+    for value in accepted:
+        assert run(p, {"v": value}).state == {"v": value}
+    for value in refused:
+        with pytest.raises(RunError) as info:
+            run(p, {"v": value})
+        assert info.value.code == "INPUT_TYPE", value
+        assert f"input 'v' must be {declared}, got {type(value).__name__}" in info.value.message
+
+
 def test_cancel_from_another_thread():
     started = threading.Event()
 
