@@ -428,3 +428,54 @@ def test_same_inputs_same_trace():
     p = make(TABLE[5][1])
     a, b = run(p), run(p)
     assert without_timing(a.events) == without_timing(b.events)
+
+
+class Counted(Action):
+    """Reads and bumps the engine-owned counter `c`, then fails until attempt `ok_at`."""
+
+    name = "counted"
+    runnable = True
+
+    def run(self, ctx: Any) -> Outcome | None:
+        seen = ctx.counter("c")
+        ctx.increment("c")
+        if ctx.attempt < ctx.step.get("ok_at", 99):
+            raise RunError("bad", code="VARIABLE_MISSING")
+        ctx.set("seen", seen)
+        return None
+
+
+class ReadCounter(Action):
+    """Records the counter `c` as the next step sees it."""
+
+    name = "read_counter"
+    runnable = True
+
+    def run(self, ctx: Any) -> Outcome | None:
+        ctx.set("after", ctx.counter("c"))
+        return None
+
+
+COUNTING = Registry.from_classes(Counted, ReadCounter)
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        # Two failed attempts bumped the counter and were dropped: the third sees 0, leaves 1.
+        ({"ok_at": 3, "retry": {"max_attempts": 3, "on": ["ALL"]}}, {"seen": 0, "after": 1}),
+        # Every attempt failed and was caught: no increment reaches the next step.
+        ({"retry": {"max_attempts": 2, "on": ["ALL"]}, "catch": {"ALL": "r"}}, {"after": 0}),
+    ],
+    ids=["retried", "caught"],
+)
+def test_a_failed_attempts_counter_increments_are_dropped(config, expected):
+    p = make(
+        [
+            {"id": "c", "action": "counted", "next": "r", **config},
+            {"id": "r", "action": "read_counter", "end": True},
+        ]
+    )
+    result = Engine(p, registry=COUNTING, sleep=lambda s: None).run({}, run_id="r1")
+    assert result.status == "completed"
+    assert {k: v for k, v in result.state.items() if k in ("seen", "after")} == expected
