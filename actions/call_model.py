@@ -10,6 +10,7 @@ from typing import Any
 from actions import _jsonish
 from actions._model_trace import trace_model_call
 from runtime.context.blocks import HEADER
+from runtime.context.policy import POLICY_SCHEMA
 from runtime.contract.action import (
     Action,
     Outcome,
@@ -20,7 +21,6 @@ from runtime.contract.action import (
     StepContext,
 )
 from runtime.errors import (
-    ContextOverflowError,
     InvalidStructuredOutputError,
     ModelError,
     RunError,
@@ -43,6 +43,15 @@ _PART = {
     "properties": {
         "source": {"type": "string", "description": "Variable to insert."},
         "template": {"type": "string", "description": "Text with {} marking the value."},
+        "summarizable": {
+            "type": "boolean",
+            "description": "May the context policy replace it by a pointer (default true; "
+            "never for `question`).",
+        },
+        "summary_kind": {
+            "enum": ["text", "diff", "json", "code", "log", "markdown"],
+            "description": "Summariser for the context policy (default: detected).",
+        },
     },
 }
 
@@ -89,6 +98,7 @@ class CallModel(Action):
             "maximum": 10,
             "description": "Tool-call rounds before the model must answer (default 3).",
         },
+        "context_policy": POLICY_SCHEMA,
         # fidelity and thread_id are step fields of every action (runtime/format/schema.py).
     }
     required = ("prompt_key",)
@@ -248,21 +258,36 @@ class CallModel(Action):
             on_chunk=on_chunk,
         )
 
+    @staticmethod
+    def budget_stage(
+        ctx: StepContext, provider: Any, messages: list[dict[str, str]], reserve: int
+    ) -> tuple[list[dict[str, str]], int]:
+        """The context policy (actions/_budget.py): messages to send, their exact tokens.
+
+        Without a context_policy it is the window check (CONTEXT_OVERFLOW); with one,
+        oversized summarisable payloads become pointers until the prompt fits its budget.
+        """
+        from actions import _budget
+
+        return _budget.stage(
+            ctx,
+            provider,
+            messages,
+            reserve,
+            overhead=MESSAGE_OVERHEAD,
+            render=CallModel.render,
+            note=EVIDENCE_NOTE,
+            escape=lambda block: _CLOSE.sub("<\\/evidence", _one_block(block)),
+        )
+
     def run(self, ctx: StepContext) -> Outcome | None:
-        """Check the prompt fits, call the model, record the call."""
+        """Apply the context policy to the prompt, call the model, record the call."""
         from runtime.models import ModelRequest
 
         provider = ctx.services.model(ctx.step.get("model"))
         messages = self.messages(ctx)
         reserve = int(ctx.step.get("max_output_tokens", DEFAULT_MAX_OUTPUT))
-        counter = ctx.services.tokens(provider.config.tokenizer)
-        prompt_tokens = sum(counter.count(m["content"]) + MESSAGE_OVERHEAD for m in messages)
-        window = provider.config.context_window
-        if prompt_tokens + reserve > window:
-            raise ContextOverflowError(
-                f"prompt {prompt_tokens} tokens + {reserve} reserved for output exceeds the "
-                f"{window}-token window of {provider.config.name}"
-            )
+        messages, prompt_tokens = self.budget_stage(ctx, provider, messages, reserve)
         json_mode = bool(ctx.step.get("json"))
         # JSON is not streamed to the terminal: it is for the next step, not for a reader.
         on_chunk = None if json_mode else getattr(ctx.services, "on_model_chunk", None)

@@ -226,7 +226,7 @@ def _estimate(
     return max(total, 0)
 
 
-class _NoStore:
+class NoStore:
     """A dry run's store: keeps nothing."""
 
     def put_original(self, run_id: str, pointer_id: str, sha256: str, kind: str, text: str) -> None:
@@ -321,7 +321,7 @@ def enforce(
                 if id(o) in bounded:
                     bounded.add(id(w))
     inexact = bounded
-    store_used: ptr.PointerStore = _NoStore() if cfg.dry_run else store
+    store_used: ptr.PointerStore = NoStore() if cfg.dry_run else store
     all_segs = [s for m in work for s in m.segments()]
     # Oldest first: segments in prompt order (history, then parts and their blocks).
     candidates = [s for s in all_segs if s.summarizable and s.pointer is None]

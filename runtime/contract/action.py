@@ -219,8 +219,8 @@ class StepContext(Protocol):
     def counter(self, name: str) -> int:
         """Read an engine-owned counter (e.g. a loop guard's)."""
 
-    def increment(self, name: str) -> int:
-        """Increment an engine-owned counter and return the new value."""
+    def increment(self, name: str, by: int = 1) -> int:
+        """Increment an engine-owned counter (by `by`) and return the new value."""
 
 
 class Action:

@@ -299,10 +299,13 @@ class Engine:
             self._leftovers(pos, tracer)
         except RunError as exc:
             error = exc
-            tracer.emit("RUN_FAILED", exc.step_id, code=exc.code, message=exc.message)
+            # Counters (loop guards', context_budget_violations, compactions...) end the trace.
+            extra = {"counters": dict(state.counters)} if state.counters else {}
+            tracer.emit("RUN_FAILED", exc.step_id, code=exc.code, message=exc.message, **extra)
         status = "failed" if error else "completed"
         if not error:
-            tracer.emit("RUN_COMPLETED", None, steps=state.step_count)
+            extra = {"counters": dict(state.counters)} if state.counters else {}
+            tracer.emit("RUN_COMPLETED", None, steps=state.step_count, **extra)
         result = RunResult(
             run_id,
             status,

@@ -196,9 +196,9 @@ class Context:
         """Read an engine-owned counter."""
         return self._counters.get(name, self._state.counters.get(name, 0))
 
-    def increment(self, name: str) -> int:
-        """Stage a counter increment and return the new value."""
-        value = self.counter(name) + 1
+    def increment(self, name: str, by: int = 1) -> int:
+        """Stage a counter increment (by `by`) and return the new value."""
+        value = self.counter(name) + by
         self._counters[name] = value
         return value
 

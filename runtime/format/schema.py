@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runtime.context.policy import POLICY_SCHEMA
 from runtime.contract.action import STEP_ID_PATTERN, VARIABLE_PATTERN, Action
 from runtime.contract.registry import Registry
 from runtime.format.compat import UI_FIELDS
@@ -182,6 +183,7 @@ SETTINGS_SCHEMA: dict[str, Any] = {
             "description": "Pins the labels a run may see; inputs may only narrow them.",
         },
         "default_model": {"type": "string"},
+        "context_policy": POLICY_SCHEMA,
         "models": {
             "type": "object",
             "additionalProperties": {

@@ -1,0 +1,187 @@
+"""call_model's budget stage: the context policy between message assembly and the model.
+
+`stage(ctx, provider, messages, reserve)` maps the assembled chat messages onto the
+policy's segments (runtime/context/policy.py), compacts the conversation thread past
+`trace_threshold_tokens`, decides ok | needs_summary | reject, traces
+`CONTEXT_BUDGET_DECISION`, and returns the messages to send with their exact size.
+`reject` raises `CONTEXT_OVERFLOW` (catchable, as before the policy existed).
+
+Segments: each user part's value (each evidence block on its own) is summarisable
+unless the part says `summarizable: false` or reads `question`; history and thread
+turns are summarisable when they are the model's (`assistant`) or a tool's; system and
+user turns never are. The user message is segmented only when re-rendering it part by
+part gives exactly the assembled text, so a change in assembly can never make the
+policy send something else: otherwise it is one segment that is not summarisable.
+
+A prompt sent over its budget (possible only in dry_run) increments the run counter
+`context_budget_violations`; compactions increment `compactions` and `tokens_saved`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from actions import _summarisers  # noqa: F401  (installs the code summariser)
+from runtime.context import policy as pol
+from runtime.context.blocks import HEADER
+from runtime.context.pointers import store_of
+from runtime.contract.action import StepContext
+from runtime.errors import ContextOverflowError
+
+# User parts that hold the question itself: never summarised whatever the step says.
+NEVER_SUMMARISED = frozenset({"question"})
+SUMMARISABLE_ROLES = frozenset({"assistant", "tool"})
+
+
+def user_pieces(ctx: StepContext, render: Any, note: str, escape: Any) -> list[str | pol.Segment]:
+    """The user message as fixed text and segments (one per part, one per evidence block)."""
+    pieces: list[str | pol.Segment] = []
+    parts = ctx.step.get("user_parts") or {}
+    for i, (name, part) in enumerate(parts.items()):
+        if i:
+            pieces.append("\n\n")
+        template = part.get("template", "{}")
+        before, after = template.split("{}", 1) if "{}" in template else (template + "\n", "")
+        value = ctx.get(part["source"])
+        summarizable = part.get("summarizable", True) and part["source"] not in NEVER_SUMMARISED
+        kind = part.get("summary_kind")
+        pieces.append(before)
+        if (
+            isinstance(value, list)
+            and value
+            and all(isinstance(v, str) for v in value)
+            and any(v.startswith(HEADER) for v in value)
+        ):
+            pieces.append(f"{note}\n<evidence>\n")
+            for j, block in enumerate(value):
+                if j:
+                    pieces.append("\n\n")
+                pieces.append(pol.Segment(f"user_parts.{name}[{j}]", escape(block), summarizable))
+            pieces.append("\n</evidence>")
+        else:
+            pieces.append(pol.Segment(f"user_parts.{name}", render(value), summarizable, kind))
+        pieces.append(after)
+    return pieces
+
+
+def prompt_of(
+    ctx: StepContext, messages: list[dict[str, Any]], user: list[str | pol.Segment]
+) -> list[pol.PromptMessage]:
+    """The assembled messages as policy messages (see the module doc for what is segmented)."""
+    out: list[pol.PromptMessage] = []
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    for i, m in enumerate(messages):
+        content = m.get("content") or ""
+        if i == last_user and i == len(messages) - 1 and ctx.step.get("user_parts"):
+            built = pol.PromptMessage("user", user)
+            if built.content() == content:
+                out.append(built)
+                continue
+        role = m["role"]
+        summarizable = role in SUMMARISABLE_ROLES
+        out.append(pol.PromptMessage(role, [pol.Segment(f"{role}[{i}]", content, summarizable)]))
+    return out
+
+
+def stage(
+    ctx: StepContext,
+    provider: Any,
+    messages: list[dict[str, Any]],
+    reserve: int,
+    *,
+    overhead: int,
+    render: Any,
+    note: str,
+    escape: Any,
+) -> tuple[list[dict[str, Any]], int]:
+    """Apply the step's context policy; the messages to send and their exact token count."""
+    cfg = pol.policy_config(ctx.settings, ctx.step)
+    config = provider.config
+    profile = pol.model_profile(config.name, config.context_window, reserve, cfg)
+    counter = ctx.services.tokens(config.tokenizer)
+    prompt = prompt_of(ctx, messages, user_pieces(ctx, render, note, escape) if cfg.enabled else [])
+    store = store_of(ctx) if cfg.enabled else None
+    if store is not None and cfg.trace_threshold_tokens and not cfg.dry_run:
+        _compact(ctx, prompt, cfg, counter, store, overhead)
+    decision = pol.enforce(
+        prompt,
+        profile,
+        cfg,
+        counter,
+        store=store if store is not None else pol.NoStore(),
+        run_id=ctx.run_id,
+        overhead=overhead,
+    )
+    ctx.trace("CONTEXT_BUDGET_DECISION", **decision.trace_data(ctx.step_id, config.name))
+    if decision.decision == "reject":
+        raise ContextOverflowError(
+            f"prompt {decision.prompt_tokens}{'' if decision.exact else '+'} tokens exceeds the "
+            f"{decision.budget}-token prompt budget of {config.name} ({config.context_window}-"
+            f"token window, {decision.reserve} reserved for output) by {decision.deficit}: "
+            f"{decision.reason}",
+            step_id=ctx.step_id,
+        )
+    if cfg.dry_run:  # decided and traced; the prompt goes as assembled
+        sent = messages
+        tokens = sum(counter.count_cached(m.get("content") or "") + overhead for m in messages)
+        if tokens + profile.reserve > config.context_window:
+            raise ContextOverflowError(
+                f"prompt {tokens} tokens + {profile.reserve} reserved for output exceeds the "
+                f"{config.context_window}-token window of {config.name} (context_policy dry_run)",
+                step_id=ctx.step_id,
+            )
+    else:
+        sent = [
+            {**m, "content": pm.content()} if pm.content() != m.get("content") else m
+            for m, pm in zip(messages, prompt, strict=True)
+        ]
+        tokens = decision.prompt_tokens
+    if tokens > profile.budget:
+        ctx.increment("context_budget_violations")
+    return sent, tokens
+
+
+def _compact(
+    ctx: StepContext,
+    prompt: list[pol.PromptMessage],
+    cfg: pol.PolicyConfig,
+    counter: Any,
+    store: Any,
+    overhead: int,
+) -> None:
+    """Compact the thread (the turns between the system prompt and the user message)."""
+    start = 1 if prompt and prompt[0].role == "system" else 0
+    end = len(prompt) - 1 if len(prompt) > start and prompt[-1].role == "user" else len(prompt)
+    thread = prompt[start:end]
+    if not thread:
+        return
+    known = {p["pointer_id"] for p in store.pointers(ctx.run_id)}
+    result = pol.compact_thread(
+        thread,
+        int(cfg.trace_threshold_tokens or 0),
+        counter,
+        store=store,
+        run_id=ctx.run_id,
+        overhead=overhead,
+        summary_tokens=cfg.summary_tokens,
+    )
+    if not result.entries:
+        return
+    new = [e for e in result.entries if e["pointer_id"] not in known]
+    ctx.trace(
+        "THREAD_COMPACTED",
+        thread=str(ctx.step.get("thread_id") or "conversation_history"),
+        threshold=cfg.trace_threshold_tokens,
+        tokens_before=result.tokens_before,
+        tokens_after=result.tokens_after,
+        map=[{**e, "index": e["index"] + start} for e in result.entries],
+    )
+    if new:  # a turn compacted on an earlier call is not counted again
+        ctx.increment("compactions", len(new))
+        ctx.increment("tokens_saved", sum(e["tokens_before"] - e["tokens_after"] for e in new))
+
+
+def policy_fields() -> Mapping[str, Any]:
+    """The step field call_model declares for a per-step policy."""
+    return {"context_policy": pol.POLICY_SCHEMA}
