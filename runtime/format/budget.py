@@ -281,9 +281,10 @@ def _byte_count(text: str) -> int:
 
 def _guard(step: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
     """What handles an overflow at run time: a context policy, a catch, or nothing."""
-    policy = step.get("context_policy", settings.get("context_policy"))
-    enabled = isinstance(policy, Mapping) and policy.get("enabled", True) is not False
-    if enabled and policy.get("dry_run") is not True:  # a dry run changes no prompt
+    from runtime.context.policy import policy_config
+
+    policy = policy_config(settings, step)  # the step's over the settings', as at run time
+    if policy.enabled and not policy.dry_run:  # a dry run changes no prompt
         return "context_policy"
     catch = mapping(step.get("catch"))
     for code in _OVERFLOW_CODES:
