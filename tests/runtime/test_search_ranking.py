@@ -1,0 +1,325 @@
+"""One ranking: fused passes with scores that never rise down the list, child nodes folded
+into their parent, the per-file cap, test code after the code it tests, kind words."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runtime.retrieval import search as search_module
+from runtime.retrieval.indexer import index_paths
+from runtime.retrieval.node import Scope
+from runtime.retrieval.nodestore import open_store
+from runtime.retrieval.query import KIND_WORDS, kinds_in, query_terms
+from runtime.retrieval.search import is_test_path
+
+SHOP = Scope("shop", "main")
+REALWORLD = Path(__file__).resolve().parent.parent / "data" / "realworld"
+
+# A database project laid out as SSDT does: one table per file with its keys and indexes,
+# and a procedure that writes the table.
+ORDERS = """CREATE TABLE [Sales].[Orders] (
+    [OrderID] INT NOT NULL,
+    [CustomerID] INT NOT NULL,
+    [SalespersonPersonID] INT NOT NULL,
+    [ContactPersonID] INT NOT NULL,
+    [PickedByPersonID] INT NULL,
+    [BackorderOrderID] INT NULL,
+    CONSTRAINT [PK_Sales_Orders] PRIMARY KEY CLUSTERED ([OrderID] ASC)
+);
+GO
+CREATE NONCLUSTERED INDEX [FK_Sales_Orders_CustomerID] ON [Sales].[Orders]([CustomerID] ASC);
+GO
+CREATE NONCLUSTERED INDEX [FK_Sales_Orders_SalespersonPersonID] ON [Sales].[Orders]([SalespersonPersonID] ASC);
+GO
+CREATE NONCLUSTERED INDEX [FK_Sales_Orders_ContactPersonID] ON [Sales].[Orders]([ContactPersonID] ASC);
+GO
+CREATE NONCLUSTERED INDEX [FK_Sales_Orders_PickedByPersonID] ON [Sales].[Orders]([PickedByPersonID] ASC);
+GO
+CREATE NONCLUSTERED INDEX [FK_Sales_Orders_BackorderOrderID] ON [Sales].[Orders]([BackorderOrderID] ASC);
+GO
+"""
+
+PLACE = """CREATE PROCEDURE [Website].[PlaceOrder] @CustomerID INT
+AS
+BEGIN
+    INSERT Sales.Orders (CustomerID, SalespersonPersonID, ContactPersonID)
+    VALUES (@CustomerID, 1, 1);
+END;
+GO
+"""
+
+# One C# file whose every method says "invoice", one other file that says it once.
+INVOICES = (
+    "namespace Shop.Billing;\n\npublic class InvoiceWriter\n{\n"
+    + "".join(
+        f"    /// <summary>Writes invoice part {i} of the invoice.</summary>\n"
+        f"    public void WriteInvoicePart{i}(int invoiceId) {{ Write(invoiceId, {i}); }}\n"
+        for i in range(6)
+    )
+    + "    private void Write(int invoiceId, int part) { }\n}\n"
+)
+
+MAILER = """namespace Shop.Mail;
+
+public class Mailer
+{
+    /// <summary>Sends an invoice by mail.</summary>
+    public void Send(string to) { }
+}
+"""
+
+FEATURE = """namespace Shop.Core;
+
+public class PriceCalculator
+{
+    /// <summary>Computes the discount for a customer.</summary>
+    public decimal Discount(decimal total) { return total * 0.1m; }
+}
+"""
+
+FEATURE_TEST = """namespace Shop.Tests;
+
+public class PriceCalculatorTests
+{
+    /// <summary>The discount for a customer is computed on the total.</summary>
+    public void DiscountForCustomerIsComputed() { }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    """An index of a small database project and a small C# solution with tests."""
+    root = tmp_path_factory.mktemp("shop")
+    files = {
+        "Database/Sales/Tables/Orders.sql": ORDERS,
+        "Database/Website/Stored Procedures/PlaceOrder.sql": PLACE,
+        "src/Billing/InvoiceWriter.cs": INVOICES,
+        "src/Mail/Mailer.cs": MAILER,
+        "src/Core/PriceCalculator.cs": FEATURE,
+        "tests/Core.Tests/PriceCalculatorTests.cs": FEATURE_TEST,
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    store = open_store(str(root / "index.db"), create=True)
+    index_paths(store, [str(root)], repository="shop")
+    return store
+
+
+def test_indexes_are_returned_as_their_table_so_five_hits_are_five_things(shop):
+    hits = shop.search("orders customer salesperson contact person", scope=SHOP, top_k=5)
+    ids = [h["id"] for h in hits]
+    assert len(ids) == len(set(ids))
+    assert not [h for h in hits if h["kind"] == "index"]
+    table = next(h for h in hits if h["id"] == "shop::main::table::Sales.Orders")
+    # The indexes that matched are listed under the table, best first.
+    assert "shop::main::index::Sales.Orders.FK_Sales_Orders_CustomerID" in table["children"]
+    assert all(c.startswith("shop::main::index::Sales.Orders.") for c in table["children"])
+    assert "shop::main::procedure::Website.PlaceOrder" in ids
+
+
+def test_a_question_about_one_index_finds_its_table_with_that_index(shop):
+    hits = shop.search("Which index covers PickedByPersonID?", scope=SHOP, top_k=5)
+    assert hits[0]["id"] == "shop::main::table::Sales.Orders"
+    assert (
+        hits[0]["children"][0] == "shop::main::index::Sales.Orders.FK_Sales_Orders_PickedByPersonID"
+    )
+
+
+def test_a_kind_filter_on_the_child_kind_returns_the_children_themselves(shop):
+    hits = shop.search(
+        "orders customer", scope=SHOP, top_k=5, filters={"kind": "index"}, per_file=0
+    )
+    assert hits and all(h["kind"] == "index" for h in hits)
+    assert all("children" not in h for h in hits)
+
+
+def test_one_file_fills_at_most_per_file_places_before_other_files_match(shop):
+    hits = shop.search("invoice", scope=SHOP, top_k=4)
+    paths = [h["path"] for h in hits]
+    # Exactly two of the writer's methods (the cap), then the mailer, which says "invoice"
+    # once, then the writer again.
+    assert paths[:2] == ["src/Billing/InvoiceWriter.cs"] * 2
+    assert paths[2] == "src/Mail/Mailer.cs"
+    one = shop.search("invoice", scope=SHOP, top_k=4, per_file=1)
+    assert "src/Mail/Mailer.cs" in [h["path"] for h in one][:3]
+    uncapped = shop.search("invoice", scope=SHOP, top_k=4, per_file=0)
+    assert [h["path"] for h in uncapped] == ["src/Billing/InvoiceWriter.cs"] * 4
+
+
+def test_a_file_alone_still_fills_the_list(shop):
+    # Only the writer says "part": the cap ranks its hits down, it does not drop them.
+    hits = shop.search("invoice part", scope=SHOP, top_k=5, filters={"path_prefix": "src/Billing"})
+    assert len(hits) == 5
+    assert {h["path"] for h in hits} == {"src/Billing/InvoiceWriter.cs"}
+
+
+def test_the_capped_score_is_the_penalty_times_the_fused_score(shop):
+    capped = shop.search("invoice", scope=SHOP, top_k=8)
+    uncapped = {
+        h["id"]: h["score"] for h in shop.search("invoice", scope=SHOP, top_k=20, per_file=0)
+    }
+    seen: dict[str, int] = {}
+    for h in capped:
+        over = seen.get(h["path"], 0) - 2 + 1
+        factor = search_module.FILE_PENALTY**over if over > 0 else 1.0
+        assert h["score"] == pytest.approx(uncapped[h["id"]] * factor, abs=2e-6)
+        seen[h["path"]] = seen.get(h["path"], 0) + 1
+
+
+def test_test_code_ranks_after_the_code_it_tests(shop):
+    hits = shop.search("discount for a customer", scope=SHOP, top_k=4, per_file=0)
+    ids = [h["id"] for h in hits]
+    feature = "shop::main::method::Shop.Core.PriceCalculator.Discount"
+    tested = "shop::main::method::Shop.Tests.PriceCalculatorTests.DiscountForCustomerIsComputed"
+    assert ids.index(feature) < ids.index(tested)
+
+
+@pytest.mark.parametrize(
+    ("path", "test"),
+    [
+        ("tests/UnitTests/BasketTests.cs", True),
+        ("src/Basket.UnitTests/Model.cs", True),
+        ("Tests/AssertEqualsTableTests.class.sql", True),
+        ("Examples/Tests.sql", True),
+        ("app/test_basket.py", True),
+        ("src/Contest/Entry.cs", False),
+        ("src/Latest/Feed.cs", False),
+        ("src/Services/BasketService.cs", False),
+        ("src/Web/Attestation.cs", False),
+    ],
+)
+def test_test_paths(path, test):
+    assert is_test_path(path) is test
+
+
+def test_the_constructor_is_folded_into_its_class(sample_index):
+    hits = sample_index.search("BasketService", scope=Scope("eshop", "main"), top_k=5)
+    assert not [h for h in hits if h["kind"] == "constructor"]
+    [cls] = [h for h in hits if h["id"] == "eshop::main::class::Eshop.Core.Services.BasketService"]
+    assert cls["children"] == [
+        "eshop::main::constructor::Eshop.Core.Services.BasketService.BasketService.ctor"
+    ]
+
+
+def _questions(seed: int, n: int) -> list[str]:
+    """Questions made of words, names and kind words of the sample codebase."""
+    rng = random.Random(seed)
+    words = [
+        "order", "orders", "basket", "stock", "payment", "captured", "customer", "placed",
+        "cancel", "invoice", "total", "line", "audit", "table", "procedure", "which", "how",
+        "where", "is", "the", "of", "BasketService", "usp_PlaceOrder", "OrderLines",
+        "index", "view", "class", "method", "runs", "added", "sequence", "trigger",
+    ]  # fmt: skip
+    return [" ".join(rng.choices(words, k=rng.randint(1, 7))) for _ in range(n)]
+
+
+def _assert_one_ranking(hits: list[dict], top_k: int) -> None:
+    assert len(hits) <= top_k
+    assert [h["rank"] for h in hits] == list(range(1, len(hits) + 1))
+    assert len({h["id"] for h in hits}) == len(hits)
+    scores = [h["score"] for h in hits]
+    assert all(a >= b for a, b in itertools.pairwise(scores)), scores
+    children = [c for h in hits for c in h.get("children", [])]
+    assert not set(children) & {h["id"] for h in hits}
+
+
+@pytest.mark.parametrize("per_file", [0, 1, 2])
+@pytest.mark.parametrize("top_k", [1, 5, 8])
+def test_scores_never_rise_down_any_bm25_list(sample_index, per_file, top_k):
+    for q in _questions(per_file * 10 + top_k, 60):
+        hits = sample_index.search(q, scope=Scope("eshop", "main"), top_k=top_k, per_file=per_file)
+        _assert_one_ranking(hits, top_k)
+
+
+@pytest.mark.parametrize("kind", ["semantic", "hybrid"])
+def test_scores_never_rise_down_semantic_and_hybrid_lists(tmp_path, hashing_embedder, kind):
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    index_paths(store, [str(REALWORLD / "wwi")], repository="wwi", embedder=hashing_embedder)
+    for q in _questions(7, 40):
+        hits = store.search(
+            q, scope=Scope("wwi"), top_k=5, search_type=kind, embedder=hashing_embedder
+        )
+        _assert_one_ranking(hits, 5)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    query=st.text(alphabet=st.sampled_from("abcdeilnorstuABCOPS_ ."), min_size=1, max_size=40),
+    top_k=st.integers(1, 12),
+    per_file=st.integers(0, 3),
+)
+def test_scores_never_rise_for_any_text(sample_index, query, top_k, per_file):
+    hits = sample_index.search(query, scope=Scope("eshop", "main"), top_k=top_k, per_file=per_file)
+    _assert_one_ranking(hits, top_k)
+
+
+@pytest.mark.parametrize(
+    ("question", "kinds"),
+    [
+        ("Which sequence numbers invoices?", ["sequence"]),
+        ("What synonyms point at other databases?", ["synonym"]),
+        ("Which roles and users exist?", ["role", "user"]),
+        ("Who can log in: which logins?", ["login"]),
+        ("Which schema owns the tables?", ["schema", "table"]),
+        ("Which table type holds order lines?", ["table", "type"]),
+        ("How is the fact table partitioned?", ["table", "partition_function", "partition_scheme"]),
+        (
+            "Which partition function splits by date?",
+            ["partition_function", "partition_scheme", "function"],
+        ),
+        ("Which filegroup holds memory-optimized data?", ["filegroup"]),
+        ("What permissions does the web API get?", ["permission"]),
+        ("Which grants exist?", ["permission"]),
+        ("What trigger audits orders?", ["trigger"]),
+        ("Which security policy filters customers?", ["security_policy"]),
+        ("Which endpoint deletes an item?", ["endpoint", "method"]),
+        ("Which records describe events?", ["record"]),
+    ],
+)
+def test_kind_words_name_every_object_kind(question, kinds):
+    assert kinds_in(question) == kinds
+
+
+def test_every_kind_word_names_real_kinds():
+    assert all(isinstance(v, tuple) and v for v in KIND_WORDS.values())
+
+
+def test_user_and_type_still_join_with_their_neighbour():
+    _, pairs = query_terms("user name type name")
+    assert '"username"' in pairs and '"typename"' in pairs
+    _, pairs = query_terms("stored procedure table type")
+    assert pairs == []
+
+
+def test_a_verb_before_a_noun_is_also_joined_without_its_s():
+    _, pairs = query_terms("which procedure runs all tests")
+    assert '"runsall"' in pairs and '"runall"' in pairs
+    _, pairs = query_terms("process data")  # "ss" is not a plural
+    assert pairs == ['"processdata"']
+
+
+def test_a_doubled_letter_base_is_searched_for_an_ed_word():
+    terms, _ = query_terms("item added")
+    assert '("added" OR "add")' in terms
+    terms, _ = query_terms("order created")
+    assert '"created"' in terms
+
+
+def test_a_sequence_question_finds_the_sequence_on_real_code(tmp_path):
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    index_paths(store, [str(REALWORLD / "wwi")], repository="wwi")
+    hits = store.search(
+        "Which partition scheme splits transaction dates?", scope=Scope("wwi"), top_k=3
+    )
+    assert hits[0]["kind"] in ("partition_scheme", "partition_function")
+    assert "TransactionDate" in hits[0]["name"]
