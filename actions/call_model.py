@@ -229,9 +229,16 @@ class CallModel(Action):
     ) -> tuple[Any, list[dict[str, Any]]]:
         """Offer the step's tools for max_tool_rounds rounds (actions/_tools.py); reply, messages."""
         from actions import _tools
+        from runtime.context import policy
 
         counter = ctx.services.tokens(provider.config.tokenizer)
-        limit = provider.config.context_window - request.max_output_tokens
+        config = provider.config
+        cfg = policy.policy_config(ctx.settings, ctx.step)
+        # The prompt budget the policy enforces (a prompt_budget may set it under the window
+        # less the reserve): a tool round's prompt stays within it too.
+        limit = policy.model_profile(
+            config.name, config.context_window, request.max_output_tokens, cfg
+        ).budget
 
         def room(messages: list[dict[str, Any]]) -> int:
             # What a tool message may still hold: the window less the prompt so far (tool

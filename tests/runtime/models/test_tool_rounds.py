@@ -214,3 +214,17 @@ def _engine(tmp_path, spec: str, **services: Any):
     result = Engine(pipeline, services=svc).run({"question": "Who?"}, run_id="t")
     assert result.status == "completed", result.error
     return result
+
+
+def test_a_prompt_budget_under_the_window_bounds_the_tool_result(tmp_path, chat_server):
+    # prompt_budget replaces "window less the reserve": the slice fits at it, not one under.
+    at = _room_window(COUNT(SLICE)) - 100
+    for budget, refused in ((at, False), (at - 1, True)):
+        chat_server.requests.clear()
+        chat_server.script = [{"raw": call("c1", "rehydrate", ARGS)}, {"reply": "ok"}]
+        result = run(tmp_path, chat_server.url, context_policy={"prompt_budget": budget})
+        assert result.status == "completed", result.error
+        sent = chat_server.requests[1]["body"]["messages"][-1]["content"]
+        assert sent.startswith("error CONTEXT_OVERFLOW") is refused
+        (done,) = [e for e in result.events if e["type"] == "RUN_COMPLETED"]
+        assert done.get("counters", {}).get("context_budget_violations", 0) == 0
