@@ -64,6 +64,12 @@ class SearchNodes(Action):
             "minimum": 1,
             "description": "Reciprocal rank fusion constant (hybrid).",
         },
+        "per_file": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Hits of one file before its further hits are ranked down "
+            "(default 2; 0: no cap).",
+        },
         "query_parser": QUERY_PARSER_FIELD,
     }
     reads = ("last_model_response", "retrieval_queries_asked")
@@ -174,11 +180,17 @@ class SearchNodes(Action):
             search_type=mode,
             filters=filters,
             rrf_k=int(step.get("rrf_k", 60)),
+            **({"per_file": int(step["per_file"])} if "per_file" in step else {}),
         )
         ctx.set("retrieval_seed_nodes", [h["id"] for h in hits])
         ctx.set(
             "retrieval_hits",
-            [{"id": h["id"], "score": h["score"], "rank": h["rank"]} for h in hits],
+            [
+                {"id": h["id"], "score": h["score"], "rank": h["rank"]}
+                # Child nodes folded into a hit (a table's indexes that matched).
+                | ({"children": list(h["children"])} if h.get("children") else {})
+                for h in hits
+            ],
         )
         ctx.set("retrieval_query", query)
         ctx.set("retrieval_mode", mode)

@@ -71,11 +71,16 @@ def minilm() -> Any:
 
 
 def evaluate(
-    store: Any, questions: list[dict[str, Any]], kind: str, embedder: Any, verbose: bool
+    stores: dict[str, Any],
+    questions: list[dict[str, Any]],
+    kind: str,
+    embedder: Any,
+    verbose: bool,
 ) -> dict[str, list[int | None]]:
     """language -> found rank (None: not in the top 10) of each question."""
     out: dict[str, list[int | None]] = {}
     for item in questions:
+        store = stores[item["repo"]]
         expected = expected_ids(store, item["repo"], item["expect"])
         if not expected:
             raise SystemExit(f"no node for {item['expect']} in {item['repo']}: index the corpus")
@@ -99,29 +104,39 @@ def main() -> None:
     """Index the corpora (unless --index holds them) and print the table."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpora", default="/tmp/corpora")
-    ap.add_argument("--index", default=None, help="reuse or create this index file")
+    ap.add_argument(
+        "--index",
+        default=None,
+        help="reuse or create this index file (several, comma-separated: each corpus is "
+        "read from the first that holds it; missing ones are indexed into the first)",
+    )
     ap.add_argument("--types", default="bm25,semantic,hybrid")
     ap.add_argument("-v", action="store_true", help="list every miss with its top 5")
     args = ap.parse_args()
     types = args.types.split(",")
     questions = json.loads(QUESTIONS.read_text())
     embedder = minilm() if {"semantic", "hybrid"} & set(types) else None
-    path = args.index or "/tmp/golden-realworld.db"
-    store = open_store(path, create=True)
-    have = {r[0] for r in store.conn().execute("SELECT DISTINCT repository FROM nodes")}
+    paths = (args.index or "/tmp/golden-realworld.db").split(",")
+    stores: dict[str, Any] = {}
+    for path in paths:
+        store = open_store(path, create=True)
+        for (repo,) in store.conn().execute("SELECT DISTINCT repository FROM nodes"):
+            stores.setdefault(repo, store)
+    first = open_store(paths[0], create=True)
     for name in CORPORA:
-        if name in have:
+        if name in stores:
             continue
         t0 = time.perf_counter()
         report = index_paths(
-            store, [str(Path(args.corpora) / name)], repository=name, embedder=embedder
+            first, [str(Path(args.corpora) / name)], repository=name, embedder=embedder
         )
+        stores[name] = first
         print(f"indexed {name}: {report.nodes} nodes in {time.perf_counter() - t0:.0f} s")
     print(f"{len(questions)} questions; recall@5 and MRR@10")
     print("| search | C# recall@5 | SQL recall@5 | all recall@5 | MRR |")
     print("|---|---|---|---|---|")
     for kind in types:
-        ranks = evaluate(store, questions, kind, embedder, args.v)
+        ranks = evaluate(stores, questions, kind, embedder, args.v)
         every = [r for rs in ranks.values() for r in rs]
 
         def recall(rs: list[int | None]) -> str:

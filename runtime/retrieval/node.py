@@ -115,8 +115,11 @@ class NodeStore(Protocol):
         search_type: str = "bm25",
         filters: dict[str, Any] | None = None,
         rrf_k: int = 60,
+        per_file: int = 2,
     ) -> list[dict[str, Any]]:
-        """Ranked hits `{id, score, rank, path, kind, name}`."""
+        """Ranked hits `{id, score, rank, path, kind, name}` (and `children`: the child
+        nodes folded into a hit), scores never rising down the list; per_file: hits of one
+        file before its further hits are ranked down (0: no cap)."""
 
     def get_nodes(self, ids: Sequence[str], *, scope: Scope) -> dict[str, Node]:
         """The visible nodes among ids."""
