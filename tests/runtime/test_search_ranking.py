@@ -323,3 +323,32 @@ def test_a_sequence_question_finds_the_sequence_on_real_code(tmp_path):
     )
     assert hits[0]["kind"] in ("partition_scheme", "partition_function")
     assert "TransactionDate" in hits[0]["name"]
+
+
+def test_search_nodes_passes_the_cap_and_reports_children(shop):
+    """Through the engine: `per_file` reaches the store, `children` reach retrieval_hits."""
+    from runtime.engine import Engine
+    from runtime.engine.services import Services
+    from runtime.format.pipeline import Pipeline
+
+    def run(query: str, **step):
+        settings = {"entry_step_id": "s"}
+        steps = [
+            {"id": "s", "action": "search_nodes", "query_from": "q", "next": "end", **step},
+            {"id": "end", "action": "finalize", "source": "retrieval_query"},
+        ]
+        engine = Engine(
+            Pipeline.from_dict({"settings": settings, "steps": steps}),
+            services=Services(settings=settings, node_store=shop),
+        )
+        inputs = {"q": query, "repository": "shop", "snapshot": "main"}
+        return engine.run(inputs, run_id="r").state
+
+    capped = run("invoice", top_k=3)["retrieval_seed_nodes"]
+    assert ["InvoiceWriter" in n for n in capped] == [True, True, False]
+    uncapped = run("invoice", top_k=3, per_file=0)["retrieval_seed_nodes"]
+    assert all("InvoiceWriter" in n for n in uncapped)
+    hits = run("Which index covers PickedByPersonID?", top_k=3)["retrieval_hits"]
+    assert hits[0]["id"] == "shop::main::table::Sales.Orders"
+    assert hits[0]["children"][0].endswith("FK_Sales_Orders_PickedByPersonID")
+    assert all(set(h) <= {"id", "score", "rank", "children"} for h in hits)
