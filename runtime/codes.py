@@ -445,6 +445,12 @@ _CODES: list[Code] = [
     ),
     Code("SUMMARY_BUDGET_INVALID", "run", "A summary was asked for with a budget below 1 token."),
     Code(
+        "REHYDRATE_OVER_BUDGET",
+        "run",
+        "A rehydrate step's text is over its max_tokens (or settings.max_context_tokens).",
+        "Ask for a slice (`lines A-B`, a JSON path, `hunk N`), or raise max_tokens.",
+    ),
+    Code(
         "INVALID_STRUCTURED_OUTPUT",
         "model",
         "The model's reply is not the JSON the step asked for.",

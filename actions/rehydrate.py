@@ -1,0 +1,111 @@
+"""rehydrate: put the original behind a context pointer (or an exact slice of it) into a variable."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from actions import _summarisers  # noqa: F401  (pointers may hold summarised code)
+from runtime.context.pointers import rehydrate
+from runtime.contract.action import VARIABLE_PATTERN, Action, Outcome, Problem, StepContext
+from runtime.errors import RunError
+
+_VARIABLE = {"type": "string", "pattern": VARIABLE_PATTERN}
+
+
+class Rehydrate(Action):
+    """Read a pointer id (and slice) from the step or a variable; write the exact text to target."""
+
+    name = "rehydrate"
+    summary = "Bring back the original (or a slice) behind a context pointer, within a budget."
+    fields = {
+        "pointer_id": {
+            "type": "string",
+            "pattern": "^ptr-[0-9a-f]{16}$",
+            "description": "The pointer (ptr- and 16 hex digits), as the prompt showed it.",
+        },
+        "pointer_id_from": {
+            **_VARIABLE,
+            "description": "Variable holding the pointer id, or an object {pointer_id, slice} "
+            "(e.g. a model's JSON reply).",
+        },
+        "slice": {
+            "type": "string",
+            "minLength": 1,
+            "description": "`lines A-B`, a JSON path such as `$.items[3]`, or `hunk N`; "
+            "default: the whole original.",
+        },
+        "slice_from": {**_VARIABLE, "description": "Variable holding the slice."},
+        "target": {**_VARIABLE, "description": "Variable the text is written to."},
+        "max_tokens": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Most tokens the text may take (default settings.max_context_tokens; "
+            "else no limit). Larger: REHYDRATE_OVER_BUDGET.",
+        },
+    }
+    required = ("target",)
+    reads_settings = ("max_context_tokens", "tokenizer")
+    runnable = True
+
+    @classmethod
+    def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:
+        """Exactly one of pointer_id and pointer_id_from; at most one of slice and slice_from."""
+        given = [k for k in ("pointer_id", "pointer_id_from") if k in step]
+        if len(given) != 1:
+            yield Problem(
+                "SCHEMA_INVALID",
+                "rehydrate needs exactly one of pointer_id and pointer_id_from",
+                (given[-1],) if given else ("action",),
+            )
+        if "slice" in step and "slice_from" in step:
+            yield Problem("SCHEMA_INVALID", "give slice or slice_from, not both", ("slice_from",))
+
+    def run(self, ctx: StepContext) -> Outcome | None:
+        """Look the pointer up in the run's store, cut the slice, check the budget, write."""
+        step = ctx.step
+        part = step.get("slice")
+        if "pointer_id" in step:
+            pointer_id = step["pointer_id"]
+        else:
+            value = ctx.get(step["pointer_id_from"])
+            if isinstance(value, Mapping):
+                pointer_id, part = value.get("pointer_id"), value.get("slice", part)
+            else:
+                pointer_id = value
+        if "slice_from" in step:
+            part = ctx.get(step["slice_from"])
+        if not isinstance(pointer_id, str) or (part is not None and not isinstance(part, str)):
+            raise RunError(
+                f"step {ctx.step_id!r}: the pointer id must be a string and the slice a string "
+                f"or absent (got {type(pointer_id).__name__}, {type(part).__name__})",
+                code="VARIABLE_TYPE",
+                step_id=ctx.step_id,
+            )
+        try:
+            text = rehydrate(ctx, pointer_id.strip(), part)
+        except RunError as exc:
+            if exc.step_id is None:
+                exc.step_id = ctx.step_id
+            raise
+        limit = step.get("max_tokens", ctx.settings.get("max_context_tokens"))
+        tokens = None
+        if limit is not None:
+            tokens = ctx.services.tokens().count(text)
+            if tokens > int(limit):
+                raise RunError(
+                    f"step {ctx.step_id!r}: {pointer_id} {part or 'whole'} is {tokens} tokens, "
+                    f"over the {limit}-token budget: ask for a smaller slice",
+                    code="REHYDRATE_OVER_BUDGET",
+                    step_id=ctx.step_id,
+                )
+        ctx.trace(
+            "REHYDRATED",
+            pointer_id=pointer_id,
+            slice=part,
+            chars=len(text),
+            tokens=tokens,
+            target=step["target"],
+        )
+        ctx.set(step["target"], text)
+        return None
