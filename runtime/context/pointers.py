@@ -242,7 +242,7 @@ def json_slice(text: str, path: str) -> str:
         start = _child(text, start, step, path, where)
     try:
         _, end = _DECODER.raw_decode(text, start)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise _bad(path, f"the original is not valid JSON there: {exc}") from exc
     return text[start:end]
 
@@ -277,7 +277,7 @@ def _child(text: str, start: int, step: str | int, path: str, where: str) -> int
             pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
             if text[pos : pos + 1] == ",":
                 pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise _bad(path, f"the original is not valid JSON there: {exc}") from exc
     if isinstance(step, int):
         raise _bad(path, f"{where}: index {step} is past the array's {index} item(s)")

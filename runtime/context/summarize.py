@@ -165,7 +165,8 @@ def fit_lines(
     kept: list[tuple[int, str]] = [(i, ln) for i, ln in enumerate(head)]
     used = sum(counter.count(ln) + 1 for _, ln in kept)
     base = len(kept)
-    for i, line in enumerate(optional, start=base):
+    optional_list = list(optional)
+    for i, line in enumerate(optional_list, start=base):
         cost = counter.count(line) + 1
         if used + cost > budget:
             if cost > budget // 4:  # one long line must not end the summary: try shorter ones
@@ -181,6 +182,19 @@ def fit_lines(
     while len(kept) > base and counter.count(text) > budget:
         kept.pop()
         text = render(kept)
+    # The running count over-estimates joins (about a token a line): top up with exact counts.
+    taken = {i for i, _ in kept}
+    tries = 0
+    for i, line in enumerate(optional_list, start=base):
+        if i in taken:
+            continue
+        if tries == 16:
+            break
+        tries += 1
+        candidate = sorted([*kept, (i, line)])
+        wider = render(candidate)
+        if counter.count(wider) <= budget:
+            kept, text = candidate, wider
     return text
 
 
@@ -314,10 +328,11 @@ def summarise_json(text: str, budget: int, counter: Counter) -> str:
     """Breadth-first: each value's path, type and size; objects' keys; arrays' first item."""
     try:
         root = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # too deep to parse is not JSON here
         raise RunError(f"the payload is not JSON: {exc}", code="SUMMARY_KIND_MISMATCH") from exc
     head = [f"json: {len(text):,} characters, root {_shape(root)}"]
     optional: list[str] = []
+    values: list[str] = []  # sample scalar values, shown after the whole structure
     queue: deque[tuple[str, Any]] = deque([("$", root)])
     described = 0
     while queue and described < _JSON_NODES:
@@ -331,10 +346,9 @@ def summarise_json(text: str, budget: int, counter: Counter) -> str:
             for k in keys[:12]:
                 if isinstance(value[k], (dict, list)):
                     queue.append((_key_path(path, str(k)), value[k]))
-                elif path == "$":
-                    optional.append(
-                        f"{_key_path(path, str(k))} = {_clip(json.dumps(value[k]), 80)}"
-                    )
+                else:
+                    shown = _clip(json.dumps(value[k], ensure_ascii=False), 80)
+                    values.append(f"{_key_path(path, str(k))} = {shown}")
         elif isinstance(value, list):
             kinds = sorted(
                 {_shape(v).split("{")[0].split("[")[0].split("(")[0] for v in value[:50]}
@@ -342,11 +356,13 @@ def summarise_json(text: str, budget: int, counter: Counter) -> str:
             optional.append(f"{path}: array[{len(value)}] of {'|'.join(kinds) or 'nothing'}")
             if value and isinstance(value[0], (dict, list)):
                 queue.append((f"{path}[0]", value[0]))
+                if len(value) > 1:  # the last item too: arrays are often sorted or appended
+                    queue.append((f"{path}[{len(value) - 1}]", value[-1]))
             elif value:
                 optional.append(
                     f"{path}[0] = {_clip(json.dumps(value[0], ensure_ascii=False), 80)}"
                 )
-    return fit_lines(head, optional, budget, counter)
+    return fit_lines(head, optional + values, budget, counter)
 
 
 def summarise_log(text: str, budget: int, counter: Counter) -> str:
