@@ -7,8 +7,9 @@
   deterministically: a paged search API reply whose records nest an author, tags,
   metrics and a body of sentences drawn from the novel.
 
-Run `python benchmarks/long_inputs.py DIR` to write novel.txt, tool_output_1mb.json and
-tool_output_5mb.json into DIR (for `runtime exec pipelines/long_inputs.yaml`).
+Run `python benchmarks/long_inputs.py DIR` to write novel.txt, tool_output_1mb.json,
+tool_output_5mb.json and inputs.json (question, novel, the 5 MB tool output) into DIR, for
+`runtime exec pipelines/long_inputs.yaml --inputs DIR/inputs.json --max-input-bytes 8000000`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NOVEL_XZ = ROOT / "tests" / "data" / "long_inputs" / "pride_and_prejudice.txt.xz"
 MB = 1_000_000
+QUESTION = "Where is Pemberley, and who owns it?"
 TAGS = ("estate", "ball", "letter", "visit", "marriage", "regiment", "parsonage", "journey")
 
 
@@ -103,6 +105,8 @@ def main(argv: list[str]) -> int:
     for mb in (1, 5):
         path = folder / f"tool_output_{mb}mb.json"
         path.write_text(json_document(mb * MB), encoding="utf-8")
+    inputs = {"question": QUESTION, "novel": novel(), "tool_output": json_document(5 * MB)}
+    (folder / "inputs.json").write_text(json.dumps(inputs, ensure_ascii=False), encoding="utf-8")
     for path in sorted(folder.iterdir()):
         print(f"{path}: {path.stat().st_size:,} bytes")
     return 0

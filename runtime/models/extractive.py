@@ -24,6 +24,13 @@ Asked for JSON (`json_mode`) it returns one well-formed object:
 - any other `required` property: its enum's first value, else an empty value of
   its type, so the object still has the required shape.
 
+Offered the `rehydrate` tool (`request.tools`) with pointer blocks in the prompt
+(`[ELIDED ptr-...`, runtime/context/pointers.py) and no tool result yet, it calls the tool
+once per pointer, in prompt order (at most three): the first lines of a text, log,
+Markdown or code (`lines 1-20`), the first hunk of a diff, the first array item a JSON
+summary names (`$.results[0]`, else `$`). With the results in the conversation it
+answers as above, and says which slices it read.
+
 Deterministic: the same prompt always gets the same reply.
 """
 
@@ -37,7 +44,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.models.base import ChunkCallback, ModelConfig, ModelRequest, ModelResponse
+from runtime.models.base import (
+    ChunkCallback,
+    ModelConfig,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+)
 from runtime.models.evidence import Block, question_of, split_prompt
 from runtime.retrieval.words import STOPWORDS, split_identifier
 
@@ -328,6 +341,55 @@ def decision_object(
     return out
 
 
+_POINTER = re.compile(r"\[ELIDED (ptr-[0-9a-f]{16}): (\w+),")
+_FIRST_ITEM = re.compile(r"^(\$[^\s:=]*?\[0\])[:= ]", re.M)
+MAX_TOOL_CALLS = 3
+TEXT_LINES = 20
+
+
+def _read(request: ModelRequest) -> str:
+    """A line naming the slices read through rehydrate, when the conversation has any."""
+    asked = [
+        json.loads(c["function"]["arguments"])
+        for m in request.messages
+        for c in m.get("tool_calls") or ()
+        if c.get("function", {}).get("name") == "rehydrate"
+    ]
+    if not asked:
+        return ""
+    sizes = [len(m.get("content") or "") for m in request.messages if m.get("role") == "tool"]
+    read = ", ".join(
+        f"{a.get('pointer_id')} {a.get('slice') or 'whole'} ({n:,} characters)"
+        for a, n in zip(asked, sizes, strict=False)
+    )
+    return f"\nRead through rehydrate: {read}."
+
+
+def rehydrate_calls(request: ModelRequest) -> list[ToolCall]:
+    """The rehydrate calls the responder makes (see the module docstring); [] to answer."""
+    offered = {
+        (t.get("function") or {}).get("name") for t in request.tools or () if isinstance(t, dict)
+    }
+    if "rehydrate" not in offered or any(m.get("role") == "tool" for m in request.messages):
+        return []
+    calls: list[ToolCall] = []
+    for m in request.messages:
+        content = m.get("content") or ""
+        for hit in _POINTER.finditer(content):
+            pointer_id, kind = hit.group(1), hit.group(2)
+            if kind == "json":
+                block = content[hit.end() : content.find(f"[/ELIDED {pointer_id}]", hit.end())]
+                first = _FIRST_ITEM.search(block)
+                part = first.group(1) if first else "$"
+            elif kind == "diff":
+                part = "hunk 1"
+            else:
+                part = f"lines 1-{TEXT_LINES}"
+            arguments = json.dumps({"pointer_id": pointer_id, "slice": part})
+            calls.append(ToolCall(f"call_{len(calls) + 1}", "rehydrate", arguments))
+    return calls[:MAX_TOOL_CALLS]
+
+
 class ExtractiveProvider:
     """Answers from the evidence in the prompt, without a model."""
 
@@ -343,12 +405,15 @@ class ExtractiveProvider:
         users = [m.get("content") or "" for m in request.messages if m.get("role") == "user"]
         question = question_of(users[-1]) if users else ""
         blocks = [b for m in request.messages for b in split_prompt(m.get("content") or "").blocks]
-        if request.json_mode:
+        calls = rehydrate_calls(request)
+        if calls:
+            text = ""
+        elif request.json_mode:
             reply = decision_object(request.json_schema, question, blocks)
             text = json.dumps(reply, ensure_ascii=False)
         else:
-            text = answer_text(question, rank(question, blocks))
-        if on_chunk is not None:
+            text = answer_text(question, rank(question, blocks)) + _read(request)
+        if on_chunk is not None and text:
             on_chunk(text)
         from runtime.context.tokens import get_counter
 
@@ -360,4 +425,6 @@ class ExtractiveProvider:
             round((time.perf_counter() - started) * 1000, 3),
             "extractive",
             "extractive",
+            "tool_calls" if calls else "stop",
+            calls,
         )

@@ -151,3 +151,37 @@ def test_a_key_echoed_into_tool_arguments_is_scrubbed(chat_server, monkeypatch):
     provider = resolve_provider(None, settings={}, cli_spec=f"openai:m@{chat_server.url}")
     (call,) = provider.complete(ModelRequest([{"role": "user", "content": "q"}])).tool_calls
     assert "sk-secret-in-args-1234" not in call.arguments and call.id == "c1"
+
+
+def _block(pointer_id: str, kind: str, summary: str) -> str:
+    from runtime.context.pointers import render
+
+    return render(pointer_id, kind, 1000, 40, summary)
+
+
+def test_the_extractive_responder_calls_rehydrate_once_per_pointer_then_answers():
+    from runtime.models.base import ModelConfig
+    from runtime.models.extractive import ExtractiveProvider
+
+    provider = ExtractiveProvider(ModelConfig("x", "extractive", model="extractive"))
+    text = _block("ptr-00000000000000aa", "text", "Chapter I.")
+    data = _block("ptr-00000000000000bb", "json", "$.items: array[3]\n$.items[0]: object{2}")
+    diff = _block("ptr-00000000000000cc", "diff", "a.py: 1 hunk")
+    prompt = [{"role": "user", "content": f"Question: who?\n{text}\n{data}\n{diff}"}]
+    asked = provider.complete(ModelRequest(prompt, tools=[TOOL]))
+    assert asked.finish_reason == "tool_calls" and asked.text == ""
+    assert [json.loads(c.arguments) for c in asked.tool_calls] == [
+        {"pointer_id": "ptr-00000000000000aa", "slice": "lines 1-20"},
+        {"pointer_id": "ptr-00000000000000bb", "slice": "$.items[0]"},
+        {"pointer_id": "ptr-00000000000000cc", "slice": "hunk 1"},
+    ]
+    # Without the tool offered it answers; with the results back it answers and says so.
+    assert provider.complete(ModelRequest(prompt)).tool_calls == []
+    follow = [
+        *prompt,
+        {"role": "assistant", "content": None, "tool_calls": [asked.tool_calls[0].to_message()]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Chapter I.\n"},
+    ]
+    answer = provider.complete(ModelRequest(follow, tools=[TOOL]))
+    assert answer.tool_calls == [] and answer.finish_reason == "stop"
+    assert "Read through rehydrate: ptr-00000000000000aa lines 1-20 (11 characters)." in answer.text
