@@ -128,6 +128,10 @@ def test_an_input_without_maxlength_is_named_as_the_unbounded_part(tmp_path):
         ("", "context_policy: {enabled: true}", False),
         ("", "context_policy: {enabled: false}", True),
         ("", "context_policy: {enabled: true, dry_run: true}", True),
+        # The step's policy is merged over the settings', as at run time.
+        ("context_policy: {enabled: false}\n", "context_policy: {enabled: true}", True),
+        ("context_policy: {enabled: true}\n", "context_policy: {enabled: false}", False),
+        ("context_policy: {summary_tokens: 50}\n", "", False),
     ],
 )
 def test_a_policy_or_a_catch_of_the_overflow_silences_the_warning(

@@ -68,7 +68,7 @@ def test_a_reply_with_tool_calls_and_no_content_parses():
 )
 def test_a_malformed_tool_call_is_a_provider_error(calls):
     body = {"choices": [{"message": {"content": None, "tool_calls": calls}}]}
-    with pytest.raises(ModelProviderError, match="tool[ _]call"):
+    with pytest.raises(ModelProviderError, match=r"tool[ _]call"):
         wire.parse_body(json.dumps(body))
 
 
