@@ -81,3 +81,17 @@ def test_an_invalid_pipeline_reports_its_errors_and_exits_1(tmp_path):
 def test_help():
     result = CliRunner().invoke(cli, ["budget", "--help"])
     assert result.exit_code == 0 and "--json" in result.stdout
+
+
+PACK = Path(__file__).resolve().parent.parent / "data" / "legacy" / "tests" / "e2e" / "data"
+PACK = PACK / "pipelines" / "pipeline_pack.yaml"
+
+
+def test_a_pack_member_is_chosen_by_name():
+    whole = CliRunner().invoke(cli, ["budget", str(PACK)])
+    assert whole.exit_code == 2 and "holds several pipelines (P0, P1, P2, P3, P4)" in whole.stderr
+    one = CliRunner().invoke(cli, ["budget", f"{PACK}#P1", "--json"])
+    assert one.exit_code == 0, one.output
+    assert [s["step"] for s in json.loads(one.stdout)] == ["call_router", "call_answer"]
+    missing = CliRunner().invoke(cli, ["budget", f"{PACK}#NOPE"])
+    assert missing.exit_code == 1 and "no pipeline NOPE in" in missing.stderr
