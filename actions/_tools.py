@@ -7,8 +7,10 @@ must answer; a model that still calls a tool then fails the step with
 `MODEL_TOOL_ROUNDS_EXCEEDED`.
 
 A tool result is exact or absent, never cut: a rehydrated slice that does not fit what
-is left of the window comes back as an error naming its size and the room left, so the
-model can ask for a smaller slice. Unknown tools, arguments that are not a JSON object
+is left of the prompt budget comes back as an error naming its size and the room left, so
+the model can ask for a smaller slice. No request goes over the budget: when the tool
+calls and the refusals alone leave the next request over it, the step fails with
+`CONTEXT_OVERFLOW` (catchable) instead of sending it. Unknown tools, arguments that are not a JSON object
 and failed rehydrations are answered the same way (an error the model reads) and each
 is traced (`MODEL_TOOL_CALL` with its error code): the model caused them and can fix
 them in the next round.
@@ -22,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.contract.action import StepContext
-from runtime.errors import ModelError, StepRuntimeError
+from runtime.errors import ContextOverflowError, ModelError, StepRuntimeError
 
 DEFAULT_TOOL_ROUNDS = 3
 MAX_TOOL_ROUNDS = 10
@@ -76,16 +78,16 @@ def complete(
     *,
     tools: list[str],
     rounds: int,
-    room: Callable[[list[dict[str, Any]]], int],
+    spare: Callable[[list[dict[str, Any]]], int],
+    overhead: int,
     count: Callable[[str], int],
     on_chunk: Any = None,
 ) -> tuple[Any, list[dict[str, Any]]]:
     """Ask the model, running the tools it calls for at most `rounds` rounds.
 
     Returns the final reply and the messages of the request that got it.
-
-    `room(messages)` is how many tokens a tool result may still take when appended to
-    `messages` (the window less the prompt so far and the reserved output).
+    `spare(messages)` is the prompt budget less the prompt `messages` make (negative when
+    over); `overhead` the framing tokens of one more message.
     """
     offered = [SPECS[name] for name in tools]
     request = dataclasses.replace(request, tools=offered or None, messages=list(request.messages))
@@ -102,8 +104,14 @@ def complete(
         }
         messages = [*request.messages, assistant]
         for call in response.tool_calls:
-            content = _run(ctx, call, number + 1, room([*messages]), count)
+            content = _run(ctx, call, number + 1, spare(messages) - overhead, count)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        left = spare(messages)
+        if left < 0:
+            raise ContextOverflowError(
+                f"tool round {number + 1}: the prompt with the model's tool calls and their "
+                f"results is {-left} tokens over the prompt budget; nothing more fits"
+            )
         last = number + 1 == rounds
         # The last round offers no tools: the model must answer with what it has.
         request = dataclasses.replace(request, messages=messages, tools=None if last else offered)

@@ -240,9 +240,9 @@ class CallModel(Action):
             config.name, config.context_window, request.max_output_tokens, cfg
         ).budget
 
-        def room(messages: list[dict[str, Any]]) -> int:
-            # What a tool message may still hold: the window less the prompt so far (tool
-            # calls' names and arguments included), the reserved output and its own framing.
+        def spare(messages: list[dict[str, Any]]) -> int:
+            # The prompt budget less the prompt so far, tool calls' names and arguments
+            # included (negative when over).
             used = sum(
                 counter.count(m.get("content") or "")
                 + sum(
@@ -252,7 +252,7 @@ class CallModel(Action):
                 + MESSAGE_OVERHEAD
                 for m in messages
             )
-            return limit - used - MESSAGE_OVERHEAD
+            return limit - used
 
         return _tools.complete(
             ctx,
@@ -260,7 +260,8 @@ class CallModel(Action):
             request,
             tools=list(ctx.step["tools"]),
             rounds=int(ctx.step.get("max_tool_rounds", _tools.DEFAULT_TOOL_ROUNDS)),
-            room=room,
+            spare=spare,
+            overhead=MESSAGE_OVERHEAD,
             count=counter.count,
             on_chunk=on_chunk,
         )
