@@ -20,6 +20,9 @@ from pathlib import Path
 import pyte
 import pytest
 
+# Each test starts the CLI in a real pseudo-terminal (a new interpreter, seconds each).
+pytestmark = pytest.mark.slow
+
 COLUMNS, ROWS = 100, 30
 SGR = re.compile(r"\x1b\[[0-9;]*m")  # select graphic rendition: colours, bold, reset
 LABEL = re.compile(r"step \d+: \w+(?: \(\w+\))?")
