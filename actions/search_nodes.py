@@ -62,7 +62,7 @@ class SearchNodes(Action):
         "rrf_k": {
             "type": "integer",
             "minimum": 1,
-            "description": "Reciprocal rank fusion constant (hybrid).",
+            "description": "Reciprocal rank fusion constant (hybrid; default 5).",
         },
         "per_file": {
             "type": "integer",
@@ -179,8 +179,8 @@ class SearchNodes(Action):
             top_k=top_k,
             search_type=mode,
             filters=filters,
-            rrf_k=int(step.get("rrf_k", 60)),
-            **({"per_file": int(step["per_file"])} if "per_file" in step else {}),
+            # Unset: the store's own defaults (rrf_k 5, per_file 2; docs/retrieval.md).
+            **{k: int(step[k]) for k in ("rrf_k", "per_file") if k in step},
         )
         ctx.set("retrieval_seed_nodes", [h["id"] for h in hits])
         ctx.set(

@@ -114,7 +114,7 @@ class NodeStore(Protocol):
         top_k: int,
         search_type: str = "bm25",
         filters: dict[str, Any] | None = None,
-        rrf_k: int = 60,
+        rrf_k: int = 5,
         per_file: int = 2,
     ) -> list[dict[str, Any]]:
         """Ranked hits `{id, score, rank, path, kind, name}` (and `children`: the child

@@ -33,7 +33,7 @@ FUSION_K = 5
 PASS_WEIGHTS = {
     "named": 3.0,  # a name the question writes: the strongest evidence there is
     "joined": 1.0,  # words joined into the identifier they may spell
-    "kind": 1.0,  # of a kind the question names, with every informative word (or any)
+    "kind": 1.5,  # of a kind the question names, with every informative word (or any)
     "all": 1.0,  # every informative word
     "most": 1.0,  # every informative word but one (questions hold words code never says)
     "any": 1.0,  # any word, BM25 over the rarer words
@@ -79,6 +79,12 @@ def is_test_path(path: str) -> bool:
 # other files match, yet a script holding a whole database still fills it when nothing
 # else does.
 FILE_PENALTY = 0.5
+
+# Hybrid search fuses the BM25 and semantic lists by reciprocal rank with this k (the
+# `rrf_k` of search_nodes). Small for the same reason as FUSION_K: at the usual 60, a hit
+# only the semantic list finds (what BM25 cannot: "empty the shopping cart" -> ClearAsync)
+# scores 1/61 and loses to anything both lists hold, however low (2/80 at rank 20).
+HYBRID_RRF_K = 5
 
 # Hits each pass and each search type contributes to the fusion, at least.
 MIN_POOL = 20
@@ -611,7 +617,7 @@ class SearchPasses:
         top_k: int,
         search_type: str = "bm25",
         filters: dict[str, Any] | None = None,
-        rrf_k: int = 60,
+        rrf_k: int = HYBRID_RRF_K,
         embedder: Any = None,
         per_file: int = 2,
     ) -> list[dict[str, Any]]:

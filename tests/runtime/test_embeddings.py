@@ -69,7 +69,7 @@ def test_hybrid_search_fuses_both_rankings(find):
     hits = find("Which stored procedure places an order?", "hybrid")
     assert "eshop::main::procedure::dbo.usp_PlaceOrder" in [h["id"] for h in hits[:2]]
     assert [h["rank"] for h in hits] == [1, 2, 3, 4, 5]
-    assert all(h["score"] <= 2 / 61 + 1e-6 for h in hits)  # reciprocal rank fusion, k=60
+    assert all(h["score"] <= 2 / 6 + 1e-6 for h in hits)  # reciprocal rank fusion, k=5
 
 
 def test_semantic_search_respects_labels(find):

@@ -99,7 +99,7 @@ def test_hybrid_and_semantic_with_an_explicit_embedder(tmp_path, hashing_embedde
         "basket items", scope=Scope("r"), top_k=5, search_type="hybrid", embedder=emb
     )
     assert [h["rank"] for h in hyb] == [1, 2, 3, 4, 5]
-    assert all(h["score"] <= 2 / 61 + 1e-6 for h in hyb)  # reciprocal rank fusion scores, k=60
+    assert all(h["score"] <= 2 / 6 + 1e-6 for h in hyb)  # reciprocal rank fusion scores, k=5
 
 
 def test_missing_index_is_coded(tmp_path):
