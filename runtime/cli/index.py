@@ -193,6 +193,13 @@ def _repository(indexed_as: Callable[[str], list[str]], roots: list[str], given:
 @click.option(
     "--label", "labels", multiple=True, help="A security label the caller may see (repeatable)."
 )
+@click.option(
+    "--per-file",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Hits of one file before its further hits are ranked down (0: no cap).",
+)
 @click.option("--json", "as_json", is_flag=True, help='Print {"hits": [...]}.')
 @handle_errors
 def search(
@@ -203,6 +210,7 @@ def search(
     repository: str | None,
     snapshot: str | None,
     labels: tuple[str, ...],
+    per_file: int,
     as_json: bool,
 ) -> None:
     """Search the node store."""
@@ -212,7 +220,7 @@ def search(
     # Checked before the index is opened: an empty --repository "" is SCOPE_INVALID, never "all".
     scope = Scope(repository, snapshot, tuple(labels) if labels else None)
     store = open_store(index_path)
-    hits = store.search(query, scope=scope, top_k=top_k, search_type=search_type)
+    hits = store.search(query, scope=scope, top_k=top_k, search_type=search_type, per_file=per_file)
     if as_json:
         click.echo(json.dumps({"hits": hits}, indent=2))
         return
@@ -222,3 +230,5 @@ def search(
         click.echo(
             f"{h['rank']:>3}. {h['score']:>9.4f}  {h['kind']:<10} {h['name']:<32} {h['path']}"
         )
+        for child in h.get("children", ()):
+            click.echo(f"{'':>16}+ {child}")  # matched as part of this hit (an index, ...)

@@ -279,11 +279,17 @@ class SearchPasses:
                 more = ranked(self._selective_any(words), by_kind)
                 hits += [h for h in more if h["id"] not in seen][: pool - len(hits)]
             lists.append(("kind", hits))
-        lists.append(("all", ranked(self._informative_all(query), filters)))
-        most = self._informative_all(query, missing=1)
-        if most:
-            lists.append(("most", ranked(most, filters)))
-        lists.append(("any", ranked(self._selective_any(query), filters)))
+        every = ranked(self._informative_all(query), filters)
+        lists.append(("all", every))
+        # The looser passes rank many more nodes (most of the search time): they run only
+        # while the stricter ones found fewer than `pool` nodes, as the passes did before
+        # they were fused. Skipping one leaves out a list, never reorders the others.
+        if len(every) < pool:
+            most = self._informative_all(query, missing=1)
+            if most:
+                lists.append(("most", ranked(most, filters)))
+        if len({h["id"] for _, hits in lists for h in hits}) < pool:
+            lists.append(("any", ranked(self._selective_any(query), filters)))
         scores: dict[str, float] = {}
         info: dict[str, tuple[str, str, str]] = {}
         for name, hits in lists:

@@ -4,6 +4,7 @@ into their parent, the per-file cap, test code after the code it tests, kind wor
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from pathlib import Path
 
@@ -352,3 +353,19 @@ def test_search_nodes_passes_the_cap_and_reports_children(shop):
     assert hits[0]["id"] == "shop::main::table::Sales.Orders"
     assert hits[0]["children"][0].endswith("FK_Sales_Orders_PickedByPersonID")
     assert all(set(h) <= {"id", "score", "rank", "children"} for h in hits)
+
+
+def test_runtime_search_shows_children_and_takes_the_cap(runner, shop):
+    from runtime.cli import cli
+
+    args = ["search", "--index", shop.path, "--repository", "shop", "--top-k", "3"]
+    shown = runner.invoke(cli, [*args, "Which index covers PickedByPersonID?"])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert "Orders" in lines[0]
+    assert lines[1].strip() == "+ shop::main::index::Sales.Orders.FK_Sales_Orders_PickedByPersonID"
+    capped = runner.invoke(cli, [*args, "invoice", "--json"])
+    uncapped = runner.invoke(cli, [*args, "invoice", "--per-file", "0", "--json"])
+    paths = [[h["path"] for h in json.loads(r.output)["hits"]] for r in (capped, uncapped)]
+    assert paths[0].count("src/Billing/InvoiceWriter.cs") == 2
+    assert paths[1].count("src/Billing/InvoiceWriter.cs") == 3
