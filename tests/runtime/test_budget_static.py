@@ -247,3 +247,27 @@ def test_an_unreadable_prompt_file_is_named_not_a_crash(tmp_path):
     (diag,) = [d for d in report.diagnostics if d.code.startswith("BUDGET")]
     assert diag.code == "BUDGET_MAY_OVERFLOW"
     assert "system prompt (UnicodeDecodeError" in diag.message
+
+
+def test_an_unbounded_source_beside_a_bounded_writer_leaves_the_variable_unbounded(tmp_path):
+    body = """\
+    - id: first
+      action: manage_context_budget
+      on_ok: ask
+      on_over: ask
+    - id: ask
+      action: call_model
+      prompt_key: answer
+      model: small
+      user_parts:
+        evidence: {source: context_blocks}
+      end: true
+    """
+    path = write(tmp_path, body, window=100_000)
+    text = path.read_text().replace(
+        "  question: {type: string}", "  question: {type: string}\n  context_blocks: {type: array}"
+    )
+    path.write_text(text)
+    (part,) = the_envelope(path)["ask"].parts
+    # An input may hand in any context_blocks, whatever manage_context_budget keeps.
+    assert (part.tokens, part.why) == (None, "input context_blocks has no maxLength")

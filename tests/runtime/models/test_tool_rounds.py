@@ -120,6 +120,8 @@ def test_a_model_that_keeps_calling_tools_fails_the_step(tmp_path, chat_server):
     assert result.status == "failed"
     assert result.error.code == "MODEL_TOOL_ROUNDS_EXCEEDED"
     assert len(chat_server.requests) == 3
+    # The calls of the request that offered no tools are not run.
+    assert len([e for e in result.events if e["type"] == "MODEL_TOOL_CALL"]) == 2
 
 
 def _room_window(slice_tokens: int) -> int:

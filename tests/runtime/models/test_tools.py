@@ -77,8 +77,9 @@ def test_streamed_tool_call_deltas_are_joined_by_index():
         return "data: " + json.dumps({"choices": [{"delta": delta, "finish_reason": finish}]})
 
     lines = [
-        event({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "rehydrate"}}]}),
+        # The second call starts first: calls are ordered by index, not by arrival.
         event({"tool_calls": [{"index": 1, "id": "c2", "function": {"name": "rehydrate"}}]}),
+        event({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "rehydrate"}}]}),
         event({"tool_calls": [{"index": 0, "function": {"arguments": ARGS[:10]}}]}),
         event({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]}),
         event({"tool_calls": [{"index": 0, "function": {"arguments": ARGS[10:]}}]}, "tool_calls"),
