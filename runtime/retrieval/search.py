@@ -222,7 +222,7 @@ class SearchPasses:
         with a new label committed in between would otherwise be matched unfiltered.
         """
         with self._snapshot():
-            scores, info = self._bm25_fused(query, scope, _pool(top_k), filters)
+            scores, info = self._bm25_fused(query, scope, top_k, filters)
             return self._rank(
                 scores, info, scope=scope, top_k=top_k, filters=filters, per_file=per_file
             )
@@ -248,7 +248,7 @@ class SearchPasses:
             db.rollback()  # read-only: ending it is all there is to do
 
     def _bm25_fused(
-        self, query: str, scope: Scope, pool: int, filters: dict[str, Any] | None
+        self, query: str, scope: Scope, top_k: int, filters: dict[str, Any] | None
     ) -> tuple[dict[str, float], dict[str, tuple[str, str, str]]]:
         """(node id -> fused score, node id -> (path, kind, name)) over every pass that applies.
 
@@ -257,6 +257,7 @@ class SearchPasses:
         scores of different passes are not comparable (an AND of five words scores more
         than any one word), their ranks are.
         """
+        pool = _pool(top_k)
         lists: list[tuple[str, list[dict[str, Any]]]] = [
             ("named", self._named(query, scope, pool, filters))
         ]
@@ -282,13 +283,13 @@ class SearchPasses:
         every = ranked(self._informative_all(query), filters)
         lists.append(("all", every))
         # The looser passes rank many more nodes (most of the search time): they run only
-        # while the stricter ones found fewer than `pool` nodes, as the passes did before
+        # while the stricter ones found fewer than top_k nodes, as the passes did before
         # they were fused. Skipping one leaves out a list, never reorders the others.
-        if len(every) < pool:
+        if len(every) < top_k:
             most = self._informative_all(query, missing=1)
             if most:
                 lists.append(("most", ranked(most, filters)))
-        if len({h["id"] for _, hits in lists for h in hits}) < pool:
+        if len({h["id"] for _, hits in lists for h in hits}) < top_k:
             lists.append(("any", ranked(self._selective_any(query), filters)))
         scores: dict[str, float] = {}
         info: dict[str, tuple[str, str, str]] = {}
