@@ -61,6 +61,13 @@ class Rehydrate(Action):
         if "slice" in step and "slice_from" in step:
             yield Problem("SCHEMA_INVALID", "give slice or slice_from, not both", ("slice_from",))
 
+    @classmethod
+    def output_bounds(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, int]:
+        """The target holds at most max_tokens (default settings.max_context_tokens) tokens."""
+        target = step.get("target")
+        limit = step.get("max_tokens", settings.get("max_context_tokens"))
+        return {target: limit} if isinstance(target, str) and isinstance(limit, int) else {}
+
     def run(self, ctx: StepContext) -> Outcome | None:
         """Look the pointer up in the run's store, cut the slice, check the budget, write."""
         step = ctx.step

@@ -271,3 +271,23 @@ def test_an_unbounded_source_beside_a_bounded_writer_leaves_the_variable_unbound
     (part,) = the_envelope(path)["ask"].parts
     # An input may hand in any context_blocks, whatever manage_context_budget keeps.
     assert (part.tokens, part.why) == (None, "input context_blocks has no maxLength")
+
+
+def test_a_rehydrated_variable_is_bounded_by_the_steps_max_tokens(tmp_path):
+    body = """\
+    - id: first
+      action: rehydrate
+      pointer_id: ptr-0123456789abcdef
+      target: passage
+      max_tokens: 300
+      next: ask
+    - id: ask
+      action: call_model
+      prompt_key: answer
+      model: small
+      user_parts:
+        passage: {source: passage}
+      end: true
+    """
+    (part,) = the_envelope(write(tmp_path, body, window=100_000))["ask"].parts
+    assert part.tokens == 300 + FRAME and "keeps it within 300" in part.why
