@@ -326,6 +326,7 @@ def enforce(
     # Oldest first: segments in prompt order (history, then parts and their blocks).
     candidates = [s for s in all_segs if s.summarizable and s.pointer is None]
     summarised: list[dict[str, Any]] = []
+    replaced: list[Segment] = []
 
     def settled() -> bool:  # every size known exactly (no lower bound left in the prompt)
         return not any(id(s) in inexact and s.pointer is None for s in all_segs)
@@ -346,6 +347,7 @@ def enforce(
         if after >= before:
             continue  # a pointer would not be smaller: keep the payload
         seg.pointer = pointer
+        replaced.append(seg)
         sizes[id(seg)] = after
         summarised.append(
             {
@@ -364,6 +366,9 @@ def enforce(
             else _estimate(work, sizes, counter, -_JOINT_SLACK) + overhead * len(work)
         )
     if tokens > budget:
+        exact_now = settled()
+        for seg in replaced:  # a rejected prompt is left as it came (the caller raises)
+            seg.pointer = None
         return Decision(
             "reject",
             "the parts that may not be summarised exceed the budget",
@@ -371,7 +376,7 @@ def enforce(
             original,
             deficit=tokens - budget,
             summarised=summarised,
-            exact=settled(),
+            exact=exact_now,
             **base,
         )
     return Decision(
