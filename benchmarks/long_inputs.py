@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NOVEL_XZ = ROOT / "tests" / "data" / "long_inputs" / "pride_and_prejudice.txt.xz"
 MB = 1_000_000
-QUESTION = "Where is Pemberley, and who owns it?"
+QUESTION = "What truth is universally acknowledged about a single man in possession of a fortune?"
 TAGS = ("estate", "ball", "letter", "visit", "marriage", "regiment", "parsonage", "journey")
 
 

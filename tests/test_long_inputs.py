@@ -103,6 +103,10 @@ def check_run(code: int, result: dict, events: list[dict]) -> None:
     assert sent[0] == lines(novel, 1, 20)
     assert json.loads(sent[1]) == json.loads(data)["results"][0] and sent[1] in data
     assert get_counter().count(sent[0]) == tools[0]["tokens"]
+    # The answer quotes the slice the tool brought back, cited by pointer and slice.
+    answer = result["output"]["final_answer"]
+    assert f"Sources: [{novel_id} lines 1-20]" in answer
+    assert "> It is a truth universally acknowledged, that a single man in possession" in answer
     # The rehydrate step: the exact passage where Pemberley is first named.
     assert result["output"]["quote"] == lines(novel, 964, 966)
     assert "Pemberley" in result["output"]["quote"]

@@ -29,7 +29,8 @@ Offered the `rehydrate` tool (`request.tools`) with pointer blocks in the prompt
 once per pointer, in prompt order (at most three): the first lines of a text, log,
 Markdown or code (`lines 1-20`), the first hunk of a diff, the first array item a JSON
 summary names (`$.results[0]`, else `$`). With the results in the conversation it
-answers as above, and says which slices it read.
+answers as above, the slices ranked and quoted with the evidence (cited as
+`ptr-... lines 1-20`, path `rehydrated`), and says which slices it read.
 
 Deterministic: the same prompt always gets the same reply.
 """
@@ -365,6 +366,25 @@ def _read(request: ModelRequest) -> str:
     return f"\nRead through rehydrate: {read}."
 
 
+def rehydrated_blocks(request: ModelRequest) -> list[Block]:
+    """The slices rehydrate returned, as evidence cited by pointer id and slice."""
+    asked = {
+        c["id"]: json.loads(c["function"]["arguments"])
+        for m in request.messages
+        for c in m.get("tool_calls") or ()
+        if c.get("function", {}).get("name") == "rehydrate"
+    }
+    out = []
+    for m in request.messages:
+        content = m.get("content") or ""
+        args = asked.get(m.get("tool_call_id", ""))
+        if m.get("role") != "tool" or args is None or content.startswith("error "):
+            continue
+        where = f"{args.get('pointer_id')} {args.get('slice') or 'whole'}"
+        out.append(Block(id=where, path="rehydrated", language="text", text=content))
+    return out
+
+
 def rehydrate_calls(request: ModelRequest) -> list[ToolCall]:
     """The rehydrate calls the responder makes (see the module docstring); [] to answer."""
     offered = {
@@ -405,6 +425,7 @@ class ExtractiveProvider:
         users = [m.get("content") or "" for m in request.messages if m.get("role") == "user"]
         question = question_of(users[-1]) if users else ""
         blocks = [b for m in request.messages for b in split_prompt(m.get("content") or "").blocks]
+        blocks += rehydrated_blocks(request)
         calls = rehydrate_calls(request)
         if calls:
             text = ""
