@@ -74,15 +74,31 @@ def runs(
     help="Print the exact messages each model call sent, verbatim (with --step: its calls).",
 )
 @click.option("--full", is_flag=True, help="Print values whole (text listing cuts them at 80).")
+@click.option(
+    "--pointers",
+    is_flag=True,
+    help="Export the originals behind the run's context pointers (jsonl: with their text) "
+    "and its thread compaction maps (docs/budget.md).",
+)
 @handle_errors
 def trace(
-    run_id: str, store: str | None, fmt: str, step_id: str | None, messages: bool, full: bool
+    run_id: str,
+    store: str | None,
+    fmt: str,
+    step_id: str | None,
+    messages: bool,
+    full: bool,
+    pointers: bool,
 ) -> None:
     """Show a run's trace events, or the exact prompts its model calls sent."""
     from runtime.engine import trace as tr
     from runtime.engine.store import SqliteRunStore
 
-    events = SqliteRunStore(store, create=False).events(run_id)
+    opened = SqliteRunStore(store, create=False)
+    events = opened.events(run_id)
+    if pointers:
+        click.echo(_render_pointers(opened, run_id, events, fmt), nl=False)
+        return
     if step_id is not None:
         events = _of_step(events, run_id, step_id)
     if messages:
@@ -102,6 +118,35 @@ def trace(
         click.echo(tr.to_jsonl(events), nl=False)
     else:
         click.echo(tr.render_text(events, width=None if full else 80))
+
+
+def _render_pointers(store: Any, run_id: str, events: list[dict[str, Any]], fmt: str) -> str:
+    """A run's pointers (jsonl: with the original text) and its thread compaction maps."""
+    from runtime.context.pointers import export
+    from runtime.engine import trace as tr
+
+    rows = export(store, run_id, with_text=fmt == "jsonl")
+    compactions = [e for e in events if e["type"] == "THREAD_COMPACTED"]
+    if fmt == "jsonl":
+        maps = [
+            {"type": "compaction", "step_id": e["step_id"], "seq": e["seq"], **entry}
+            for e in compactions
+            for entry in e.get("map") or []
+        ]
+        return tr.to_jsonl([{"type": "pointer", **r} for r in rows] + maps)
+    out = [f"{len(rows)} pointer(s) in run {run_id}\n"]
+    out += [
+        f"{r['pointer_id']}  {r['kind']:<8} {r['chars']:>10,} chars  sha256 {r['sha256']}\n"
+        for r in rows
+    ]
+    for e in compactions:
+        for entry in e.get("map") or []:
+            out.append(
+                f"compacted at event {e['seq']} ({e['step_id']}): message {entry['index']} "
+                f"({entry['role']}) -> {entry['pointer_id']}, {entry['tokens_before']} -> "
+                f"{entry['tokens_after']} tokens\n"
+            )
+    return "".join(out)
 
 
 def _of_step(events: list[dict[str, Any]], run_id: str, step_id: str) -> list[dict[str, Any]]:

@@ -168,3 +168,31 @@ def test_originals_live_in_the_run_store_once_and_survive_reopening(tmp_path):
     assert conn.execute("SELECT count(*) FROM originals").fetchone()[0] == 1
     assert reopened.get_original("r2", pid) == ("text", DOC)
     assert reopened.get_original("r2", "ptr-0123456789abcdef") is None
+
+
+def test_pointers_survive_resume_in_a_new_process_and_trace_exports_them(tmp_path):
+    from click.testing import CliRunner
+
+    from runtime.cli import cli
+
+    db = str(tmp_path / "runs.db")
+    (tmp_path / "probe").mkdir()
+    pid = first_pointer(tmp_path, DOC)
+    p = pipeline(tmp_path, {"pointer_id": pid, "slice": "lines 100-101"})
+    first = Engine(p, services=Services(settings=p.settings), store=SqliteRunStore(db))
+    stopped = first.run({"question": "q", "doc": DOC}, run_id="r1", max_steps=1)
+    assert stopped.status == "failed" and stopped.steps == ["ask"]
+    # A new engine, new services (no memory of the first) and a new store connection.
+    again = Engine(p, services=Services(settings=p.settings), store=SqliteRunStore(db))
+    resumed = again.resume("r1")
+    assert resumed.status == "completed", resumed.error
+    assert resumed.state["restored"] == line_slice(DOC, 100, 101)
+
+    runner = CliRunner()
+    listing = runner.invoke(cli, ["trace", "r1", "--store", db, "--pointers"])
+    assert listing.exit_code == 0, listing.output
+    assert listing.output.startswith("1 pointer(s) in run r1\n")
+    assert f"{pid}  text" in listing.output and f"{len(DOC):,} chars" in listing.output
+    jsonl = runner.invoke(cli, ["trace", "r1", "--store", db, "--pointers", "--format", "jsonl"])
+    [row] = [json.loads(line) for line in jsonl.output.splitlines()]
+    assert row["type"] == "pointer" and row["pointer_id"] == pid and row["text"] == DOC
