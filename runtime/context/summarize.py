@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -155,24 +155,31 @@ def fit_lines(
     counter: Counter,
     *,
     order: Callable[[list[tuple[int, str]]], list[str]] | None = None,
+    parents: Mapping[int, int] | None = None,
 ) -> str:
     """head lines, then as many optional lines as fit in budget tokens (exactly counted).
 
     Lines are added while the running per-line count stays within the budget, then the
     joined text is counted exactly and trailing optional lines dropped while it is over.
-    `order` puts the kept (priority, line) pairs back in display order.
+    `order` puts the kept (priority, line) pairs back in display order; `parents` maps an
+    optional line's index to the one it needs (a hunk's first line needs its header).
     """
     kept: list[tuple[int, str]] = [(i, ln) for i, ln in enumerate(head)]
     used = sum(counter.count(ln) + 1 for _, ln in kept)
     base = len(kept)
     optional_list = list(optional)
+    needs = {base + k: base + v for k, v in (parents or {}).items()}
+    taken = {i for i, _ in kept}
     for i, line in enumerate(optional_list, start=base):
+        if i in needs and needs[i] not in taken:
+            continue
         cost = counter.count(line) + 1
         if used + cost > budget:
             if cost > budget // 4:  # one long line must not end the summary: try shorter ones
                 continue
             break
         kept.append((i, line))
+        taken.add(i)
         used += cost
 
     def render(pairs: list[tuple[int, str]]) -> str:
@@ -188,6 +195,8 @@ def fit_lines(
     for i, line in enumerate(optional_list, start=base):
         if i in taken:
             continue
+        if i in needs and needs[i] not in taken:
+            continue
         if tries == 16:
             break
         tries += 1
@@ -195,6 +204,7 @@ def fit_lines(
         wider = render(candidate)
         if counter.count(wider) <= budget:
             kept, text = candidate, wider
+            taken.add(i)
     return text
 
 
@@ -286,17 +296,37 @@ def summarise_diff(text: str, budget: int, counter: Counter) -> str:
         f"diff: {len(files)} file(s), {len(hunks)} hunk(s), +{total_add} -{total_del}, "
         f"{line_count(text):,} lines"
     ]
-    optional = [f"{f['name']}: {f['hunks']} hunk(s) +{f['add']} -{f['del']}" for f in files]
+    # Priority: every file, then every hunk's header, then hunks' first and last lines;
+    # shown in the diff's order, each hunk's lines under its header.
+    optional: list[str] = []
+    where: list[tuple[int, int, int]] = []
+    parents: dict[int, int] = {}
+    for n, f in enumerate(files):
+        optional.append(f"{f['name']}: {f['hunks']} hunk(s) +{f['add']} -{f['del']}")
+        where.append((0, n, 0))
+    header_at: dict[int, int] = {}
     for h in hunks:
+        header_at[h["n"]] = len(optional)
         optional.append(
             f"hunk {h['n']} (line {h['line']}, {h['file']}): {_clip(h['header'], 120)} "
             f"+{h['add']} -{h['del']}"
         )
-        if h["first"] is not None:
-            optional.append(f"  first: {_clip(h['first'], 160)}")
-            if h["last"] is not h["first"]:
-                optional.append(f"  last:  {_clip(h['last'], 160)}")
-    return fit_lines(head, optional, budget, counter)
+        where.append((1, h["n"], 0))
+    for h in hunks:
+        if h["first"] is None:
+            continue
+        ends = [("first: ", h["first"])]
+        if h["last"] is not h["first"]:
+            ends.append(("last:  ", h["last"]))
+        for k, (label, line) in enumerate(ends, start=1):
+            parents[len(optional)] = header_at[h["n"]]
+            optional.append(f"  {label}{_clip(line, 160)}")
+            where.append((1, h["n"], k))
+
+    def in_diff_order(pairs: list[tuple[int, str]]) -> list[str]:
+        return [pairs[0][1], *[ln for i, ln in sorted(pairs[1:], key=lambda p: where[p[0] - 1])]]
+
+    return fit_lines(head, optional, budget, counter, order=in_diff_order, parents=parents)
 
 
 def _shape(value: Any) -> str:
