@@ -72,7 +72,7 @@ cat >"$repo/pipelines/qa.yaml" <<'EOF'
 name: qa
 settings: {entry_step_id: answer}
 inputs:
-  question: string
+  question: {type: string, maxLength: 2000}
 steps:
   - id: answer
     action: call_model
