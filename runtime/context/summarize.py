@@ -216,14 +216,22 @@ def _clip(line: str, chars: int = 200) -> str:
 # --- the summarisers -------------------------------------------------------------------
 
 
+def _sentences(text: str) -> list[str]:
+    """Sentences; lines instead when the text has next to no sentence punctuation."""
+    pieces = [p for p in _SENTENCE.split(text.strip()) if p]
+    if len(pieces) < 4 and text.count("\n") >= 4:  # a listing, a table, a log-like text
+        return [ln for ln in text.strip().split("\n") if ln.strip()]
+    return pieces
+
+
 def summarise_text(text: str, budget: int, counter: Counter) -> str:
     """Whole sentences from the head and the tail, alternately, with what lies between."""
     if len(text) <= budget * MAX_TOKEN_BYTES and counter.count(text) <= budget:
         return text  # it fits: nothing to summarise
-    head = [s for s in _SENTENCE.split(text[:_HEAD_CHARS].strip()) if s]
+    head = _sentences(text[:_HEAD_CHARS])
     if len(text) > _HEAD_CHARS:
         head = head[:-1] or head  # the last piece may be cut mid-sentence
-        tail = [s for s in _SENTENCE.split(text[-_HEAD_CHARS:].strip()) if s][1:]
+        tail = _sentences(text[-_HEAD_CHARS:])[1:]
     else:
         tail = []
     intro = f"text: {len(text):,} characters, {line_count(text):,} lines; head and tail:"

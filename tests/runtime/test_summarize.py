@@ -199,3 +199,11 @@ def test_bad_requests_are_coded(counter, monkeypatch):
     with pytest.raises(RunError) as err:
         summarise("{not json}", "json", 10, counter)
     assert err.value.code == "SUMMARY_KIND_MISMATCH"
+
+
+def test_text_without_sentences_keeps_whole_lines_from_both_ends(counter):
+    listing = "".join(f"row {i}: value {i * 7} unit\n" for i in range(2000))
+    s = summarise(listing, "text", 80, counter)
+    lines = s.text.split("\n")
+    assert lines[1] == "row 0: value 0 unit" and lines[-1] == "row 1999: value 13993 unit"
+    assert "[…]" in lines and all(ln in listing for ln in lines[1:] if ln != "[…]")
