@@ -122,21 +122,42 @@ def render(pointer_id: str, kind: str, chars: int, lines: int, summary: str) -> 
     )
 
 
+def render_short(pointer_id: str, role: str, chars: int, summary: str) -> str:
+    """The short block of a compacted thread message (hundreds of them must fit a window)."""
+    head = f"{OPEN} {pointer_id} {role}, {chars:,} chars: rehydrate it]"
+    return f"{head} {summary}" if summary else head  # one line: no closing marker
+
+
 def header_tokens(counter: Any, kind: str, chars: int, lines: int) -> int:
     """Tokens of a pointer block without its summary (the summary's budget is what is left)."""
     return int(counter.count(render(PREFIX + "0" * 16, kind, chars, lines, "")))
 
 
 def make_pointer(
-    store: PointerStore, run_id: str, text: str, kind: str, summary: str, lines: int
+    store: PointerStore,
+    run_id: str,
+    text: str,
+    kind: str,
+    summary: str,
+    lines: int,
+    *,
+    short_for: str | None = None,
 ) -> Pointer:
-    """Store text (once) and return the pointer that stands for it with this summary."""
+    """Store text (once) and return the pointer that stands for it with this summary.
+
+    short_for (a role) gives the short block of a compacted thread message.
+    """
     pointer_id, sha = pointer_id_of(text)
     store.put_original(run_id, pointer_id, sha, kind, text)
+    shown = (
+        render_short(pointer_id, short_for, len(text), summary)
+        if short_for
+        else render(pointer_id, kind, len(text), lines, summary)
+    )
     return Pointer(
         pointer_id=pointer_id,
         kind=kind,
-        display_text=render(pointer_id, kind, len(text), lines, summary),
+        display_text=shown,
         rehydrate=f"rehydrate(pointer_id={pointer_id!r}, {slice_hint(kind)})",
         sha256=sha,
         chars=len(text),

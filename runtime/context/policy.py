@@ -34,10 +34,11 @@ from typing import Any
 
 from runtime.context import pointers as ptr
 from runtime.context.summarize import KINDS, MAX_TOKEN_BYTES, line_count, summarise
-from runtime.errors import RunError
 
 DEFAULT_SUMMARY_TOKENS = 200
 DEFAULT_EMERGENCY_FLOOR = 256
+_MIN_SUMMARY = 8  # a thread message's summary under this many tokens is left out
+_FULL_SUMMARY = 48  # under this, a thread message's summary is its opening words
 _JOINT_SLACK = 2  # tokens a joint between two pieces may add when counted together
 _SAFE_CUT = re.compile(r"\n(?=[^\s/])")  # see runtime/context/tokens.py
 
@@ -248,13 +249,32 @@ def point(
     counter: Any,
     summary_tokens: int,
     summariser: Callable[..., Any] = summarise,
+    *,
+    short_for: str | None = None,
 ) -> ptr.Pointer:
-    """Summarise a segment's text and store it behind a pointer (returned, not applied)."""
+    """Summarise a segment's text and store it behind a pointer (returned, not applied).
+
+    With short_for (a thread message's role) the pointer has the short block, and a
+    summary_tokens of 0 gives it no summary.
+    """
     lines = line_count(seg.text)
     kind = seg.kind if seg.kind in KINDS else None
-    room = max(16, summary_tokens)
-    summary = summariser(seg.text, kind, room, counter)
-    return ptr.make_pointer(store, run_id, seg.text, summary.kind, summary.text, lines)
+    if short_for and summary_tokens <= 0:
+        return ptr.make_pointer(
+            store, run_id, seg.text, kind or "text", "", lines, short_for=short_for
+        )
+    if short_for and summary_tokens < _FULL_SUMMARY:
+        # A few tokens: the message's opening words on one line are the best summary.
+        head = " ".join(seg.text[: summary_tokens * 8].split())
+        cut = counter.truncate(head, summary_tokens - 1)
+        shown = cut + "…" if cut != head else cut
+        return ptr.make_pointer(
+            store, run_id, seg.text, kind or "text", shown, lines, short_for=short_for
+        )
+    summary = summariser(seg.text, kind, max(16, summary_tokens), counter)
+    return ptr.make_pointer(
+        store, run_id, seg.text, summary.kind, summary.text, lines, short_for=short_for
+    )
 
 
 def enforce(
@@ -427,13 +447,24 @@ def compact_thread(
     if out.tokens_before <= threshold:
         return out
     total = out.tokens_before
+    # Hundreds of messages may have to fit: each gets the short pointer block and an equal
+    # share of what the messages that stay leave under the threshold for its summary.
+    open_ = [
+        i
+        for i, m in enumerate(thread)
+        if any(s.summarizable and s.pointer is None for s in m.segments())
+    ]
+    staying = total - sum(ledger[i] for i in open_)
+    frame = counter.count_cached(ptr.render_short(ptr.PREFIX + "0" * 16, "assistant", 10**6, ""))
+    share = (threshold - staying) // max(1, len(open_)) - frame - overhead - 2
+    room = min(summary_tokens, share) if share >= _MIN_SUMMARY else 0
     for index, message in enumerate(thread):
         if total <= threshold:
             break
         for seg in message.segments():
             if not seg.summarizable or seg.pointer is not None:
                 continue
-            pointer = point(seg, store, run_id, counter, summary_tokens)
+            pointer = point(seg, store, run_id, counter, room, short_for=message.role)
             before = ledger[index]
             seg.pointer = pointer
             after = counter.count_cached(message.content()) + overhead
@@ -454,15 +485,3 @@ def compact_thread(
             )
     out.tokens_after = total
     return out
-
-
-def check_config(value: Any, where: str) -> None:
-    """A context_policy mapping's keys and values (the schema checks files; this, APIs)."""
-    if not isinstance(value, Mapping):
-        raise RunError(f"{where}: context_policy must be a mapping", code="CONTEXT_POLICY_INVALID")
-    unknown = sorted(set(value) - set(POLICY_SCHEMA["properties"]))
-    if unknown:
-        raise RunError(
-            f"{where}: unknown context_policy key(s) {', '.join(unknown)}",
-            code="CONTEXT_POLICY_INVALID",
-        )

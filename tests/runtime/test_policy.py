@@ -313,3 +313,32 @@ def test_novel_and_big_json_fit_an_8k_window(tmp_path, counter):
     assert [s["kind"] for s in d["summaries"]] == ["text", "json"]
     assert all(s["tokens_after"] < 300 for s in d["summaries"])
     assert sent_tokens(r, counter) == d["prompt_tokens"] <= 8192 - 256
+
+
+def test_a_500_message_thread_is_compacted_under_a_16k_window(counter):
+    from benchmarks import long_inputs
+    from runtime.context import policy as pol
+    from runtime.context.pointers import MemoryPointerStore
+
+    turns = long_inputs.thread(500)
+    thread = [
+        pol.PromptMessage(t["role"], [pol.Segment(f"m{i}", t["content"], t["role"] == "assistant")])
+        for i, t in enumerate(turns)
+    ]
+    threshold = 16_384 - 1_024
+    store = MemoryPointerStore()
+    result = pol.compact_thread(thread, threshold, counter, store=store, run_id="r", overhead=4)
+    exact = sum(counter.count(m.content()) + 4 for m in thread)
+    assert result.tokens_before > 4 * threshold
+    assert exact == result.tokens_after <= threshold
+    # System and user messages stay, in order; each compacted answer comes back exactly.
+    assert [m.role for m in thread] == [t["role"] for t in turns]
+    for m, t in zip(thread, turns, strict=True):
+        if t["role"] != "assistant":
+            assert m.content() == t["content"]
+    for entry in result.entries:
+        original = turns[entry["index"]]["content"]
+        assert store.get_original("r", entry["pointer_id"]) == ("text", original)
+        shown = thread[entry["index"]].content()
+        assert shown.startswith(f"[ELIDED {entry['pointer_id']} assistant")
+    assert len(result.entries) >= 200
