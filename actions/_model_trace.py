@@ -26,5 +26,7 @@ def trace_model_call(
         latency_ms=response.latency_ms,
         finish_reason=response.finish_reason,
         messages=messages,
+        # The reply's opening, for the notes of later preambles (runtime/context/fidelity.py).
+        reply=(response.text or "")[:400],
         **extra,
     )

@@ -109,6 +109,7 @@ class CallModel(Action):
     defaults = {"context_blocks": []}
 
     runnable = True
+    reads_history = True  # fresh conversations start with a preamble of the run so far
 
     @classmethod
     def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:
@@ -288,18 +289,91 @@ class CallModel(Action):
             escape=lambda block: _CLOSE.sub("<\\/evidence", _one_block(block)),
         )
 
+    def assemble(
+        self, ctx: StepContext, provider: Any
+    ) -> tuple[list[dict[str, str]], list[dict[str, str]], dict[str, Any]]:
+        """(messages to send, the step's own messages, fidelity trace data) (docs/fidelity.md).
+
+        `full` sends the thread's history then the step's own messages; the other modes
+        start a fresh conversation whose system prompt begins with the mode's preamble.
+        """
+        from runtime.context import fidelity as fid
+
+        own = self.messages(ctx)
+        if not declares_fidelity(ctx.pipeline):
+            # A pipeline that names no fidelity or thread anywhere keeps its prompts exactly as
+            # they were before context fidelity existed (its budgets were set at those sizes).
+            return own, own, {}
+        mode, source = fid.resolve_mode(ctx.arrival, ctx.step, ctx.settings)
+        info: dict[str, Any] = {"fidelity": mode, "fidelity_from": source}
+        if mode == "full":
+            thread, thread_from = fid.resolve_thread(
+                ctx.step_id, ctx.step, ctx.arrival, ctx.settings, ctx.arrival_from
+            )
+            info.update(thread_id=thread, thread_from=thread_from)
+            if ctx.resumed and not provider.restorable_state:
+                # The provider's server-side state did not survive the resume: this step alone
+                # starts fresh with the richest preamble; later `full` steps use the thread.
+                mode = info["fidelity"] = fid.DEGRADED_MODE
+                info["degraded"] = {"from": "full", "to": mode, "reason": "resume"}
+                ctx.mark_resume_handled()
+            else:
+                history = ctx.thread(thread)
+                info.update(thread_messages=len(history), preamble_tokens=0)
+                return history + own, own, info
+        view = self.run_view(ctx)
+        counter = ctx.services.tokens(provider.config.tokenizer)
+        preamble = fid.build_preamble(mode, view, counter, self.scrub(ctx, provider))
+        info.update(
+            preamble_tokens=preamble.tokens,
+            preamble_budget=preamble.budget,
+            preamble_steps_dropped=preamble.steps_dropped,
+            preamble_variables_dropped=preamble.variables_dropped,
+        )
+        if preamble.shortened:
+            info["preamble_shortened"] = list(preamble.shortened)
+        return fid.with_preamble(own, preamble.text), own, info
+
+    @staticmethod
+    def scrub(ctx: StepContext, provider: Any) -> Any:
+        """The text scrubber of every configured secret (runtime/models/guard.py)."""
+        from runtime.models.guard import scrubber_for
+
+        return scrubber_for(ctx.settings, provider.config).text
+
+    @staticmethod
+    def run_view(ctx: StepContext) -> Any:
+        """What the preamble is built from: pipeline, goal, run, step, history, variables."""
+        from runtime.context import fidelity as fid
+
+        log = ctx.history_log
+        choose = ctx.settings.get("fidelity") or {}
+        goal = ctx.pipeline.description or ctx.settings.get("goal") or ""
+        return fid.RunView(
+            pipeline=ctx.pipeline.name,
+            goal=str(goal),
+            run_id=ctx.run_id,
+            step_id=ctx.step_id,
+            total_steps=len(ctx.pipeline.steps),
+            history=log.records if log is not None else (),
+            variables=ctx.variables(),
+            written=list(log.written) if log is not None else [],
+            include=choose.get("include"),
+            exclude=choose.get("exclude") or (),
+        )
+
     def run(self, ctx: StepContext) -> Outcome | None:
         """Apply the context policy to the prompt, call the model, record the call."""
         from runtime.models import ModelRequest
 
         provider = ctx.services.model(ctx.step.get("model"))
-        messages = self.messages(ctx)
+        messages, own, fidelity = self.assemble(ctx, provider)
         reserve = int(ctx.step.get("max_output_tokens", DEFAULT_MAX_OUTPUT))
         messages, prompt_tokens = self.budget_stage(ctx, provider, messages, reserve)
         json_mode = bool(ctx.step.get("json"))
         # JSON is not streamed to the terminal: it is for the next step, not for a reader.
         on_chunk = None if json_mode else getattr(ctx.services, "on_model_chunk", None)
-        metadata = {k: ctx.step[k] for k in ("thread_id", "fidelity") if k in ctx.step}
+        metadata = {k: fidelity[k] for k in ("thread_id", "fidelity") if k in fidelity}
         request = ModelRequest(
             messages=messages,
             model=provider.config.model,
@@ -317,7 +391,7 @@ class CallModel(Action):
             response, messages = self.complete_with_tools(ctx, provider, request, on_chunk)
         else:
             response = provider.complete(request, on_chunk=on_chunk)
-        trace_model_call(ctx, provider, response, prompt_tokens, messages, **metadata)
+        trace_model_call(ctx, provider, response, prompt_tokens, messages, **fidelity)
         text = response.text
         if json_mode:
             reply = _jsonish.read(text)
@@ -329,7 +403,35 @@ class CallModel(Action):
                 ctx.trace("JSON_REPLY_REPAIRED", notes=list(reply.notes), reply=text[:2000])
                 text = json.dumps(reply.value, ensure_ascii=False)
         ctx.set("last_model_response", text)
+        if "thread_id" in fidelity:  # staged like the write: a failed attempt appends nothing
+            ctx.append_thread(fidelity["thread_id"], [*own, {"role": "assistant", "content": text}])
         return None
+
+
+_FIDELITY_KEYS = frozenset({"fidelity", "thread_id", "default_fidelity", "default_thread"})
+
+
+def declares_fidelity(pipeline: Any) -> bool:
+    """Does the pipeline name a fidelity or thread anywhere (settings, steps, transitions)?"""
+    # A walk of the step configs (microseconds) beside a model call: not worth a cache.
+    return any(
+        _names_fidelity(v)
+        for v in (
+            {k: pipeline.settings.get(k) for k in ("default_fidelity", "default_thread")},
+            *(s.config for s in pipeline.steps),
+        )
+    )
+
+
+def _names_fidelity(value: Any) -> bool:
+    """A fidelity key with a value somewhere in a step's config (long-form transitions too)."""
+    if isinstance(value, Mapping):
+        return any(
+            (k in _FIDELITY_KEYS and v is not None) or _names_fidelity(v) for k, v in value.items()
+        )
+    if isinstance(value, list):
+        return any(_names_fidelity(v) for v in value)
+    return False
 
 
 def _one_block(block: str) -> str:

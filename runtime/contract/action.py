@@ -238,6 +238,8 @@ class Action:
     runnable: ClassVar[bool] = False
     bounds_loops: ClassVar[bool] = False
     terminal: ClassVar[bool] = False
+    # The engine keeps the run's completed-step history (ctx.history) only if an action reads it.
+    reads_history: ClassVar[bool] = False
     # Extra JSON Schema keywords for the step object (e.g. dependentSchemas).
     schema_extra: ClassVar[dict[str, Any]] = {}
 

@@ -19,12 +19,13 @@ from types import MappingProxyType
 from typing import Any
 
 from runtime.contract.action import Action, Outcome
+from runtime.contract.message import Message
 from runtime.contract.registry import Registry, default_registry
 from runtime.engine.inbox import Inbox
 from runtime.engine.services import Services
 from runtime.engine.state import RunState, action_defaults, apply_inputs, initial_variables
 from runtime.engine.step_context import NO_ARRIVAL, Context
-from runtime.engine.trace import Tracer, summarize
+from runtime.engine.trace import SCALAR_NAMES, Tracer, summarize
 from runtime.errors import (
     MaxStepsExceededError,
     ModelError,
@@ -91,6 +92,7 @@ class _Position:
     # The transition taken into step_id (ctx.arrival / ctx.arrival_from); checkpointed.
     arrival: Mapping[str, str] = field(default_factory=lambda: NO_ARRIVAL)
     arrival_from: str | None = None
+    resumed: bool = False  # this process resumed the run (a `full` step may degrade once)
 
 
 _clock = time.perf_counter
@@ -102,6 +104,7 @@ class _Plan:
 
     __slots__ = (
         "action",
+        "action_name",
         "arrivals",
         "attempts",
         "branches",
@@ -119,6 +122,7 @@ class _Plan:
         self.action = action
         # Actions see short-form targets only (routers return step ids); the long forms'
         # attributes are kept per (label, target) for the step arrived at.
+        self.action_name = step.action
         self.config = short_config(step.config, type(action))
         self.arrivals: dict[tuple[str, str], Mapping[str, str]] = {
             key: MappingProxyType(attrs)
@@ -187,6 +191,8 @@ class Engine:
         self._durability_kw: dict[str, Any] = {"durability": chosen} if chosen else {}
         # The variables the pipeline's actions document as defaults; every new run starts with them.
         self.defaults = action_defaults(type(a) for a in self._actions.values())
+        # Completed-step history (ctx.history) is kept only when an action reads it.
+        self._keeps_history = any(type(a).reads_history for a in self._actions.values())
 
     # --- public --------------------------------------------------------------
     def run(
@@ -238,6 +244,7 @@ class Engine:
             counters=engine.get("counters", {}),
             step_trace=engine.get("step_trace", []),
             step_count=engine.get("step_count", 0),
+            threads=engine.get("threads") or {},
         )
         inbox = Inbox.from_dict(engine.get("inbox", {}))
         tracer = Tracer(run_id, seq=saved["event_seq"], listeners=[on_event] if on_event else [])
@@ -251,12 +258,13 @@ class Engine:
             )
             position = self.pipeline.entry_step_id
             arrival, arrival_from = NO_ARRIVAL, None
+            state.threads = {}
         # A resumed run keeps the durability it was started with, unless told otherwise.
         chosen = self.durability or saved.get("durability")
         store_kw = {"durability": chosen} if chosen else {}
         self.store.set_status(run_id, "running", **store_kw)
         tracer.emit("RUN_RESUMED", None, position=position, forced=force)
-        pos = _Position(position, state, inbox, store_kw, arrival, arrival_from)
+        pos = _Position(position, state, inbox, store_kw, arrival, arrival_from, resumed=True)
         return self._drive(run_id, pos, tracer, saved["inputs"], max_steps, cancel)
 
     # --- loop ----------------------------------------------------------------
@@ -272,9 +280,7 @@ class Engine:
         limit = max_steps or self.pipeline.max_steps
         rng = random.Random(int(hashlib.sha256(run_id.encode()).hexdigest()[:16], 16))
         error: RunError | None = None
-        plans = self._plans
         state = pos.state
-        checkpoint = self.store is not None
         # One context for the whole run, reset per attempt (see Context.begin).
         ctx = Context(
             run_id=run_id,
@@ -286,16 +292,7 @@ class Engine:
             inputs=inputs,
         )
         try:
-            while pos.step_id is not None:
-                if cancel is not None and cancel.is_set():
-                    raise RunCancelledError("the run was cancelled", step_id=pos.step_id)
-                if state.step_count >= limit:
-                    raise MaxStepsExceededError(
-                        f"run took more than {limit} steps", step_id=pos.step_id
-                    )
-                pos.step_id = self._visit(plans[pos.step_id], ctx, pos, tracer, rng)
-                if checkpoint:
-                    self._checkpoint(run_id, pos, tracer, "running")
+            self._loop(run_id, pos, ctx, tracer, limit, cancel, rng)
             self._leftovers(pos, tracer)
         except RunError as exc:
             error = exc
@@ -327,99 +324,191 @@ class Engine:
             result.events = tracer.drain()
         return result
 
-    def _visit(
+    def _loop(
+        self,
+        run_id: str,
+        pos: _Position,
+        ctx: Context,
+        tracer: Tracer,
+        limit: int,
+        cancel: threading.Event | None,
+        rng: random.Random,
+    ) -> None:
+        """Visit steps from pos.step_id until a transition ends the run (RunError: it failed).
+
+        This is the engine's hot path, written out inline: per step one attempt of the
+        action, its staged changes applied, the step recorded, the next step chosen and
+        a STEP event appended. What is rare (inbox messages, a failed attempt and its
+        retries or catch, an unusual outcome) is in helpers.
+        """
+        plans = self._plans
+        state = pos.state
+        inbox = pos.inbox
+        variables = state.variables
+        step_trace = state.step_trace
+        checkpoint = self.store is not None
+        clock = _clock
+        listeners = tracer.listeners
+        offset = tracer.offset
+        tracer_run_id = tracer.run_id
+        no_messages: list[Message] = []
+        step_id = pos.step_id
+        while step_id is not None:
+            if cancel is not None and cancel.is_set():
+                raise RunCancelledError("the run was cancelled", step_id=step_id)
+            if state.step_count >= limit:
+                raise MaxStepsExceededError(f"run took more than {limit} steps", step_id=step_id)
+            plan = plans[step_id]
+            if inbox.messages:
+                messages = inbox.consume(step_id)
+                for m in messages:
+                    tracer.emit("INBOX_CONSUME", step_id, message=m.to_dict())
+            else:
+                messages = no_messages
+            ctx.arrival = pos.arrival
+            ctx.arrival_from = pos.arrival_from
+            ctx.begin(step_id, plan.config, list(messages) if messages else messages, 1)
+            attempt = 1
+            started = clock()
+            try:
+                outcome = plan.action.run(ctx)
+                if outcome is not None and type(outcome) is not Outcome:
+                    outcome = self._checked(plan, outcome)
+            except Exception as exc:  # coded by _failed: retried, caught or raised as a RunError
+                retried = self._failed(plan, ctx, pos, tracer, rng, messages, exc)
+                if retried is None:  # caught: the catch target is next, pos is updated
+                    step_id = pos.step_id
+                    if checkpoint:
+                        self._checkpoint(run_id, pos, tracer, "running")
+                    continue
+                outcome, attempt, started = retried
+            # The attempt succeeded: apply what it staged, record the step, choose the next.
+            written = ctx.commit()
+            if written and state.dirty is not None:
+                state.dirty.update(written)
+            if ctx.sent:
+                for m in ctx.sent:
+                    tracer.emit("INBOX_ENQUEUE", step_id, message=m.to_dict())
+            step_trace.append(step_id)
+            state.step_count += 1
+            if plan.end:
+                nxt, label = None, "end"
+            elif (  # the common choice, a branch, without building a tuple
+                outcome is not None
+                and outcome.branch is not None
+                and outcome.target is None
+                and not outcome.stop
+                and outcome.branch in plan.branches
+            ):
+                label = outcome.branch
+                nxt = plan.branches[label]
+            else:
+                nxt, label = self._choose(plan, outcome)
+            if plan.arrivals:
+                pos.arrival = plan.arrivals.get((label, nxt), NO_ARRIVAL)  # type: ignore[arg-type]
+            elif pos.arrival:
+                pos.arrival = NO_ARRIVAL
+            pos.arrival_from = step_id
+            wrote: dict[str, Any] = {}
+            if written:
+                for name in written:
+                    if name in variables:
+                        value = variables[name]
+                        scalar = SCALAR_NAMES.get(type(value))
+                        wrote[name] = (
+                            {"type": scalar, "value": value}
+                            if scalar is not None
+                            else summarize(value)
+                        )
+                    else:
+                        wrote[name] = None
+            read = ctx.read
+            # The STEP event (Tracer.step's, built here: one clock read gives both the
+            # timestamp and the duration).
+            now = clock()
+            tracer.seq += 1
+            event = {
+                "run_id": tracer_run_id,
+                "seq": tracer.seq,
+                "type": "STEP",
+                "step_id": step_id,
+                "ts": offset + now,
+                "action": plan.action_name,
+                "outcome": label,
+                "next": nxt,
+                "attempt": attempt,
+                "duration_ms": int((now - started) * 1e6) / 1000,  # microsecond resolution
+                "read": sorted(read) if len(read) > 1 else [*read],
+                "wrote": wrote,
+            }
+            tracer.pending.append(event)  # (a checkpoint drains it into a new list)
+            if listeners:
+                for listener in listeners:
+                    listener(event)
+            pos.step_id = step_id = nxt
+            if checkpoint:
+                self._checkpoint(run_id, pos, tracer, "running")
+
+    @staticmethod
+    def _checked(plan: _Plan, outcome: Any) -> Outcome:
+        """The outcome when it is an Outcome (a subclass), else ACTION_FAILED."""
+        if not isinstance(outcome, Outcome):
+            raise RunError(
+                f"action {plan.step.action!r} returned {type(outcome).__name__}, not an Outcome",
+                code="ACTION_FAILED",
+            )
+        return outcome
+
+    def _failed(
         self,
         plan: _Plan,
         ctx: Context,
         pos: _Position,
         tracer: Tracer,
         rng: random.Random,
-    ) -> str | None:
+        messages: list[Message],
+        failure: Exception,
+    ) -> tuple[Outcome | None, int, float] | None:
+        """After a failed first attempt: retry per the step's policy, then catch or raise.
+
+        Returns (outcome, attempt, started) of the attempt that succeeded, or None when the
+        error was caught (pos.step_id is then the catch target).
+        """
         step = plan.step
         step_id = plan.step_id
-        if pos.inbox.messages:
-            messages = pos.inbox.consume(step_id)
-            for m in messages:
-                tracer.emit("INBOX_CONSUME", step_id, message=m.to_dict())
-        else:
-            messages = []
         attempt = 1
-        ctx.arrival, ctx.arrival_from = pos.arrival, pos.arrival_from
         while True:
-            ctx.begin(step_id, plan.config, list(messages) if messages else messages, attempt)
-            started = _clock()
-            try:
-                outcome = plan.action.run(ctx)
-                if outcome is not None and not isinstance(outcome, Outcome):
-                    raise RunError(
-                        f"action {step.action!r} returned {type(outcome).__name__}, not an Outcome",
-                        code="ACTION_FAILED",
-                    )
-            except StepRuntimeError as exc:
-                err = self._as_run_error(exc, step, attempt)
-            except Exception as exc:  # a bug in the action: coded, traceback kept in the trace
+            if isinstance(failure, StepRuntimeError):
+                err = self._as_run_error(failure, step, attempt)
+            else:  # a bug in the action: coded, its traceback kept in the trace
                 err = RunError(
-                    f"action {step.action!r} raised {type(exc).__name__}: {exc}",
+                    f"action {step.action!r} raised {type(failure).__name__}: {failure}",
                     code="ACTION_FAILED",
                     step_id=step_id,
                     attempt=attempt,
                 )
-                tracer.emit("ACTION_EXCEPTION", step_id, traceback=traceback.format_exc())
-            else:
-                break
-            if attempt < plan.attempts and self._retryable(err, plan.retry):
-                delay = self._backoff(plan.retry, attempt, rng)
-                tracer.emit("RETRY", step_id, code=err.code, attempt=attempt, delay_s=delay)
-                self.sleep(delay)
-                attempt += 1
+                tracer.emit(
+                    "ACTION_EXCEPTION",
+                    step_id,
+                    traceback="".join(traceback.format_exception(failure)),
+                )
+            if not (attempt < plan.attempts and self._retryable(err, plan.retry)):
+                pos.step_id = self._catch(plan, err, pos, tracer)
+                return None
+            delay = self._backoff(plan.retry, attempt, rng)
+            tracer.emit("RETRY", step_id, code=err.code, attempt=attempt, delay_s=delay)
+            self.sleep(delay)
+            attempt += 1
+            ctx.begin(step_id, plan.config, list(messages) if messages else [], attempt)
+            started = _clock()
+            try:
+                outcome = plan.action.run(ctx)
+                if outcome is not None and type(outcome) is not Outcome:
+                    outcome = self._checked(plan, outcome)
+            except Exception as exc:  # coded at the top of this loop
+                failure = exc
                 continue
-            return self._catch(plan, err, pos, tracer)
-        # The attempt succeeded: apply what it staged, record the step, choose the next one.
-        # (This is the engine's hot path, written out inline.)
-        state = pos.state
-        written = ctx.commit()
-        if written and state.dirty is not None:
-            state.dirty.update(written)
-        if ctx.sent:
-            for m in ctx.sent:
-                tracer.emit("INBOX_ENQUEUE", step_id, message=m.to_dict())
-        state.step_trace.append(step_id)
-        state.step_count += 1
-        if plan.end:
-            nxt, label = None, "end"
-        elif (  # the common choice, a branch, without building a tuple
-            outcome is not None
-            and outcome.branch is not None
-            and outcome.target is None
-            and not outcome.stop
-            and outcome.branch in plan.branches
-        ):
-            label = outcome.branch
-            nxt = plan.branches[label]
-        else:
-            nxt, label = self._choose(plan, outcome)
-        if plan.arrivals:
-            pos.arrival = plan.arrivals.get((label, nxt), NO_ARRIVAL)  # type: ignore[arg-type]
-        elif pos.arrival:
-            pos.arrival = NO_ARRIVAL
-        pos.arrival_from = step_id
-        wrote: dict[str, Any] = {}
-        if written:
-            variables = state.variables
-            for name in written:
-                wrote[name] = summarize(variables[name]) if name in variables else None
-        read = ctx.read
-        tracer.step(
-            step_id,
-            step.action,
-            label,
-            nxt,
-            attempt,
-            started,
-            sorted(read) if len(read) > 1 else [*read],
-            wrote,
-        )
-        return nxt
+            return outcome, attempt, started
 
     @staticmethod
     def _choose(plan: _Plan, outcome: Outcome | None) -> tuple[str | None, str]:

@@ -102,14 +102,20 @@ class RunState:
     step_count: int = 0
     # Variables written since the last checkpoint: only these are serialised again.
     dirty: set[str] | None = None  # None: everything (a new run)
+    # Conversation threads of `full` model steps (docs/fidelity.md): id -> messages. Part of
+    # the run state, checkpointed with it (the store appends only new messages).
+    threads: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def engine_dict(self) -> dict[str, Any]:
         """Engine-owned part as JSON data."""
-        return {
+        out: dict[str, Any] = {
             "counters": self.counters,
             "step_trace": self.step_trace,
             "step_count": self.step_count,
         }
+        if self.threads:
+            out["threads"] = self.threads
+        return out
 
 
 def _type_ok(value: Any, type_name: str) -> bool:

@@ -18,6 +18,7 @@ from runtime.engine.state import JSON_SCALARS, RunState, check_json
 from runtime.errors import StateError
 
 if TYPE_CHECKING:
+    from runtime.context.fidelity import HistoryLog
     from runtime.engine.services import Services
     from runtime.engine.trace import Tracer
     from runtime.format.pipeline import Pipeline
@@ -41,15 +42,18 @@ class Context:
         "_no_messages",
         "_sends",
         "_state",
+        "_thread_appends",
         "_tracer",
         "_writes",
         "arrival",
         "arrival_from",
         "attempt",
+        "history_log",
         "inputs",
         "messages",
         "pipeline",
         "read",
+        "resumed",
         "run_id",
         "sent",
         "services",
@@ -88,6 +92,11 @@ class Context:
         # thread_id) and the step it came from. The engine sets both before each visit.
         self.arrival: Mapping[str, str] = NO_ARRIVAL
         self.arrival_from: str | None = None
+        # Completed steps from the trace (set by the engine when an action reads history) and
+        # whether this process resumed the run (cleared by mark_resume_handled's commit).
+        self.history_log: HistoryLog | None = None
+        self.resumed = False
+        self._thread_appends: list[tuple[str, list[dict[str, Any]]]] | None = None
         self.begin("", {}, [], 1)
 
     def begin(
@@ -113,6 +122,7 @@ class Context:
             self._counters.clear()
         if self.read:
             self.read.clear()
+        self._thread_appends = None
 
     # --- variables -----------------------------------------------------------
     def get(self, name: str, default: Any = _MISSING) -> Any:
@@ -134,6 +144,10 @@ class Context:
                 step_id=self.step_id,
             )
         return default
+
+    def variables(self) -> Mapping[str, Any]:
+        """A read-only view of the committed variables (for preambles; reads are not tracked)."""
+        return MappingProxyType(self._state.variables)
 
     def has(self, name: str) -> bool:
         """True when the state variable is set."""
@@ -202,6 +216,30 @@ class Context:
         self._counters[name] = value
         return value
 
+    # --- history and threads (docs/fidelity.md) -------------------------------
+    def history(self) -> list[dict[str, Any]]:
+        """The run's completed step visits so far (id, action, outcome, duration, attempts, notes)."""
+        log = self.history_log
+        return [r.to_dict() for r in log.records] if log is not None else []
+
+    def thread(self, thread_id: str) -> list[dict[str, Any]]:
+        """A copy of a conversation thread's messages (committed ones; [] for a new thread)."""
+        return [dict(m) for m in self._state.threads.get(thread_id, ())]
+
+    def append_thread(self, thread_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Stage messages to append to a thread (applied when the attempt succeeds)."""
+        data = [dict(m) for m in messages]
+        check_json(data, f"thread {thread_id!r}", self.step_id)
+        if self._thread_appends is None:
+            self._thread_appends = []
+        self._thread_appends.append((thread_id, data))
+
+    def mark_resume_handled(self) -> None:
+        """Stage the end of the after-resume state (the one degraded `full` step has run)."""
+        if self._thread_appends is None:
+            self._thread_appends = []
+        self._thread_appends.append(("", []))  # "" marks the resume handled; no thread is ""
+
     # --- engine side ---------------------------------------------------------
     def commit(self) -> Collection[str]:
         """Apply staged changes; return the written names, sorted (sent messages: `sent`)."""
@@ -223,6 +261,12 @@ class Context:
             names = ()
         if self._counters:
             self._state.counters.update(self._counters)
+        if self._thread_appends:
+            for thread_id, data in self._thread_appends:
+                if thread_id:
+                    self._state.threads.setdefault(thread_id, []).extend(data)
+                else:
+                    self.resumed = False
         self.sent = (
             [
                 self._inbox.enqueue(self.step_id, target, topic, payload, attempt)

@@ -141,10 +141,20 @@ def _m3_pointers(db: sqlite3.Connection) -> None:
     )
 
 
+def _m4_threads(db: sqlite3.Connection) -> None:
+    """Conversation threads of `full` model steps (docs/fidelity.md), appended message by message."""
+    db.execute(
+        "CREATE TABLE run_threads (run_id TEXT NOT NULL, thread_id TEXT NOT NULL,"
+        " n INTEGER NOT NULL, message TEXT NOT NULL, PRIMARY KEY (run_id, thread_id, n))"
+        " WITHOUT ROWID"
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m1_initial),
     ("m002_append_only", _m2_append_only),
     ("m003_pointers", _m3_pointers),
+    ("m004_threads", _m4_threads),
 ]
 DURABILITY = {"normal": "NORMAL", "full": "FULL"}  # -> PRAGMA synchronous
 
@@ -152,11 +162,17 @@ DURABILITY = {"normal": "NORMAL", "full": "FULL"}  # -> PRAGMA synchronous
 class _RunMemo:
     """What a store remembers of a run between checkpoints: stored hashes, stored steps."""
 
-    __slots__ = ("hashes", "steps")
+    __slots__ = ("hashes", "steps", "threads")
 
-    def __init__(self, hashes: dict[str, str] | None = None, steps: int = 0) -> None:
+    def __init__(
+        self,
+        hashes: dict[str, str] | None = None,
+        steps: int = 0,
+        threads: dict[str, int] | None = None,
+    ) -> None:
         self.hashes = hashes if hashes is not None else {}
         self.steps = steps
+        self.threads = threads if threads is not None else {}  # thread id -> stored messages
 
 
 def default_path() -> str:
@@ -322,7 +338,14 @@ class SqliteRunStore:
             removed.extend((run_id, n) for n in known if n not in variables)
         trace = engine.get("step_trace", ())
         new_steps = [(run_id, n, s) for n, s in enumerate(trace[memo.steps :], memo.steps)]
-        state = json.dumps({k: v for k, v in engine.items() if k != "step_trace"})
+        # Threads are appended like steps: only the messages since the last checkpoint.
+        threads = engine.get("threads") or {}
+        new_messages = [
+            (run_id, tid, n, json.dumps(m))
+            for tid, messages in threads.items()
+            for n, m in enumerate(messages[memo.threads.get(tid, 0) :], memo.threads.get(tid, 0))
+        ]
+        state = json.dumps({k: v for k, v in engine.items() if k not in ("step_trace", "threads")})
         seq = events[-1]["seq"] if events else 0
         data = [(run_id, e["seq"], e["type"], e.get("step_id"), json.dumps(e)) for e in events]
 
@@ -333,6 +356,10 @@ class SqliteRunStore:
                 db.executemany("DELETE FROM run_vars WHERE run_id = ? AND name = ?", removed)
             if new_steps:
                 db.executemany("INSERT OR REPLACE INTO run_steps VALUES (?, ?, ?)", new_steps)
+            if new_messages:
+                db.executemany(
+                    "INSERT OR REPLACE INTO run_threads VALUES (?, ?, ?, ?)", new_messages
+                )
             db.execute(
                 "INSERT INTO checkpoints (run_id, position, engine, event_seq, steps, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE"
@@ -354,6 +381,8 @@ class SqliteRunStore:
             for _, name in removed:
                 known.pop(name, None)
             memo.steps = max(memo.steps, len(trace))
+            for tid, messages in threads.items():
+                memo.threads[tid] = max(memo.threads.get(tid, 0), len(messages))
 
     def finish(
         self,
@@ -400,6 +429,7 @@ class SqliteRunStore:
                 db.execute("SELECT count(*) FROM run_steps WHERE run_id = ?", (run_id,)).fetchone()[
                     0
                 ],
+                self._thread_counts(db, run_id),
             )
             with self._lock:
                 self._runs[run_id] = memo
@@ -431,8 +461,11 @@ class SqliteRunStore:
                 "SELECT step_id FROM run_steps WHERE run_id = ? ORDER BY n", (run_id,)
             )
         ]
+        threads = self.threads(run_id, db)
         with self._lock:
-            self._runs[run_id] = _RunMemo(hashes, len(steps))
+            self._runs[run_id] = _RunMemo(
+                hashes, len(steps), {t: len(m) for t, m in threads.items()}
+            )
         inputs = json.loads(row[2]) if row[2] is not None else {}
         if cp is None:  # crashed before the first checkpoint: start over from the entry
             return {
@@ -452,7 +485,7 @@ class SqliteRunStore:
             "inputs": inputs,
             "durability": row[3],
             "variables": variables,
-            "engine": {**json.loads(cp[1]), "step_trace": steps},
+            "engine": {**json.loads(cp[1]), "step_trace": steps, "threads": threads},
             "position": cp[0],
             "event_seq": cp[2],
             "fresh": False,
@@ -539,6 +572,27 @@ class SqliteRunStore:
                 (run_id,),
             )
         ]
+
+    @staticmethod
+    def _thread_counts(db: sqlite3.Connection, run_id: str) -> dict[str, int]:
+        return dict(
+            db.execute(
+                "SELECT thread_id, count(*) FROM run_threads WHERE run_id = ? GROUP BY thread_id",
+                (run_id,),
+            )
+        )
+
+    def threads(
+        self, run_id: str, db: sqlite3.Connection | None = None
+    ) -> dict[str, list[dict[str, Any]]]:
+        """A run's conversation threads as checkpointed: thread id -> messages in order."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for tid, text in (db or self._conn()).execute(
+            "SELECT thread_id, message FROM run_threads WHERE run_id = ? ORDER BY thread_id, n",
+            (run_id,),
+        ):
+            out.setdefault(tid, []).append(json.loads(text))
+        return out
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
         """A run's trace events in order, each naming its run (`run_id`)."""

@@ -115,6 +115,10 @@ class ModelProvider(Protocol):
     """Anything that answers chat requests; `config` gives the window and tokenizer."""
 
     config: ModelConfig
+    # False when the provider keeps conversation state it cannot restore after a resume (a
+    # server-side session): the first `full` step after a resume then starts fresh
+    # (docs/fidelity.md). Every built-in provider sends whole messages, so it is True.
+    restorable_state: bool
 
     def complete(
         self, request: ModelRequest, *, on_chunk: ChunkCallback | None = None

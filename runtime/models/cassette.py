@@ -99,6 +99,8 @@ def load(path: str) -> dict[str, deque[ModelResponse]]:
 class ReplayProvider:
     """Answers each step with its next recorded response; thread-safe."""
 
+    restorable_state = True  # every request carries its whole conversation
+
     def __init__(self, config: ModelConfig, path: str) -> None:
         self.config = config
         self.path = path
@@ -145,6 +147,7 @@ class RecordingProvider:
     ) -> None:
         self.inner = inner
         self.config = inner.config
+        self.restorable_state = inner.restorable_state
         self.path = path
         self.settings: Mapping[str, Any] = settings or {}  # names the keys to scrub
         self._lock = threading.Lock()

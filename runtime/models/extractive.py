@@ -413,6 +413,8 @@ def rehydrate_calls(request: ModelRequest) -> list[ToolCall]:
 class ExtractiveProvider:
     """Answers from the evidence in the prompt, without a model."""
 
+    restorable_state = True  # stateless
+
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
 

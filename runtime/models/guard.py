@@ -51,6 +51,7 @@ class ScrubbingProvider:
         self.inner = inner
         self.config = inner.config
         self.settings = settings
+        self.restorable_state = inner.restorable_state
 
     def scrubber(self) -> Scrubber:
         """The scrubber for this call (keys are read now, as the provider reads them)."""

@@ -62,6 +62,8 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
 class OpenAIProvider:
     """Chat completions against one OpenAI-compatible endpoint; thread-safe."""
 
+    restorable_state = True  # every request carries its whole conversation
+
     def __init__(
         self,
         config: ModelConfig,

@@ -169,7 +169,12 @@ def test_the_window_is_checked_before_anything_is_sent(prompts, chat_server):
 def test_streams_to_the_services_callback_over_http_and_traces_the_call(prompts, chat_server):
     chat_server.script = [{"chunks": ["It ", "is ", "fine."]}]
     seen: list[str] = []
-    step = {"thread_id": "t1", "temperature": 0.3, "user_parts": {"q": {"source": "question"}}}
+    step = {
+        "fidelity": "full",
+        "thread_id": "t1",
+        "temperature": 0.3,
+        "user_parts": {"q": {"source": "question"}},
+    }
     r = run(
         prompts,
         step,
