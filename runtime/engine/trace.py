@@ -29,7 +29,8 @@ class Tracer:
         self.seq = seq
         self.pending: list[dict[str, Any]] = []
         self.listeners = list(listeners)
-        self._offset = time.time() - _clock()  # wall clock = monotonic clock + offset
+        # wall clock = monotonic clock + offset (the engine's loop builds STEP events itself)
+        self.offset = time.time() - _clock()
 
     def emit(self, type_: str, step_id: str | None = None, **data: Any) -> dict[str, Any]:
         """Record one event."""
@@ -39,7 +40,7 @@ class Tracer:
             "seq": self.seq,
             "type": type_,
             "step_id": step_id,
-            "ts": self._offset + _clock(),
+            "ts": self.offset + _clock(),
             **data,
         }
         self.pending.append(event)
@@ -48,52 +49,18 @@ class Tracer:
                 listener(event)
         return event
 
-    def step(
-        self,
-        step_id: str,
-        action: str,
-        outcome: str,
-        nxt: str | None,
-        attempt: int,
-        started: float,
-        read: list[str],
-        wrote: dict[str, Any],
-    ) -> None:
-        """Record the STEP event of a visit that started at `started` (perf_counter)."""
-        # The engine's hot path: one clock read gives both the timestamp and the duration.
-        now = _clock()
-        self.seq += 1
-        event = {
-            "run_id": self.run_id,
-            "seq": self.seq,
-            "type": "STEP",
-            "step_id": step_id,
-            "ts": self._offset + now,
-            "action": action,
-            "outcome": outcome,
-            "next": nxt,
-            "attempt": attempt,
-            "duration_ms": int((now - started) * 1e6) / 1000,  # microsecond resolution
-            "read": read,
-            "wrote": wrote,
-        }
-        self.pending.append(event)
-        if self.listeners:
-            for listener in self.listeners:
-                listener(event)
-
     def drain(self) -> list[dict[str, Any]]:
         """Events not yet written to the store."""
         out, self.pending = self.pending, []
         return out
 
 
-_SCALAR_NAMES = {int: "int", bool: "bool", float: "float", type(None): "NoneType"}
+SCALAR_NAMES = {int: "int", bool: "bool", float: "float", type(None): "NoneType"}
 
 
 def summarize(value: Any) -> dict[str, Any]:
     """A short description of a variable for the trace (type and size, not the value)."""
-    scalar = _SCALAR_NAMES.get(type(value))  # the common case first: one lookup
+    scalar = SCALAR_NAMES.get(type(value))  # the common case first: one lookup
     if scalar is not None:
         return {"type": scalar, "value": value}
     if isinstance(value, str):
