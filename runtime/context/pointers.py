@@ -114,10 +114,10 @@ def slice_hint(kind: str) -> str:
 
 def render(pointer_id: str, kind: str, chars: int, lines: int, summary: str) -> str:
     """The marked block that stands for an elided payload in a prompt."""
+    # Short: a prompt may hold several, and each summary must stay under 300 tokens with it.
     return (
-        f"{OPEN} {pointer_id}: {kind}, {chars:,} characters, {lines:,} lines; summary below. "
-        f"The full text is not in this prompt: call rehydrate(pointer_id={pointer_id!r}, "
-        f"optional {slice_hint(kind)}) or a rehydrate step to get it back exactly.]\n"
+        f"{OPEN} {pointer_id}: {kind}, {chars:,} chars, {lines:,} lines, summarised; "
+        f"rehydrate this pointer_id for the exact text (optional {slice_hint(kind)})]\n"
         f"{summary}\n{CLOSE} {pointer_id}]"
     )
 
