@@ -22,6 +22,7 @@ import hashlib
 import json
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -35,6 +36,11 @@ _HUNK_SLICE = re.compile(r"^\s*hunk\s+(\d+)\s*$", re.I)
 _PATH_STEP = re.compile(r'\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]')
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
+# (pointer id, array start) -> the start of each item found so far: a later slice into the
+# same array of the same original starts where the scan stopped instead of at item 0.
+_ITEMS: OrderedDict[tuple[str, int], list[int]] = OrderedDict()
+_ITEMS_SIZE = 64
+_ITEMS_LOCK = threading.Lock()
 OPEN = "[ELIDED"
 CLOSE = "[/ELIDED"
 
@@ -195,18 +201,18 @@ def rehydrate(ctx: Any, pointer_id: str, part: str | None = None) -> str:
     _kind, text = hit
     if part is None or not part.strip():
         return text
-    return slice_text(text, part)
+    return slice_text(text, part, pointer_id)
 
 
 def _bad(part: str, why: str) -> RunError:
     return RunError(f"slice {part!r}: {why}", code="SLICE_INVALID")
 
 
-def slice_text(text: str, part: str) -> str:
+def slice_text(text: str, part: str, key: str | None = None) -> str:
     """An exact slice of text: `lines A-B`, a JSON path, or `hunk N` (see module doc)."""
     stripped = part.strip()
     if stripped.startswith("$"):
-        return json_slice(text, stripped)
+        return json_slice(text, stripped, key)
     m = _HUNK_SLICE.match(stripped)
     if m:
         return hunk_slice(text, int(m.group(1)))
@@ -242,8 +248,12 @@ def hunk_slice(text: str, number: int) -> str:
     return text[start:end]
 
 
-def json_slice(text: str, path: str) -> str:
-    """The text of the value at a JSON path, exactly as written in the original."""
+def json_slice(text: str, path: str, key: str | None = None) -> str:
+    """The text of the value at a JSON path, exactly as written in the original.
+
+    key (a pointer id: the same id is the same text) lets repeated slices into one array
+    reuse the item offsets found by the first (`_ITEMS`).
+    """
     steps: list[str | int] = []
     pos = 1
     while pos < len(path):
@@ -260,7 +270,7 @@ def json_slice(text: str, path: str) -> str:
     start = _WS.match(text, 0).end()  # type: ignore[union-attr]
     for depth, step in enumerate(steps):
         where = path if depth == len(steps) - 1 else _path_text(steps[: depth + 1])
-        start = _child(text, start, step, path, where)
+        start = _child(text, start, step, path, where, key)
     try:
         _, end = _DECODER.raw_decode(text, start)
     except (ValueError, RecursionError) as exc:
@@ -272,7 +282,9 @@ def _path_text(steps: list[str | int]) -> str:
     return "$" + "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps)
 
 
-def _child(text: str, start: int, step: str | int, path: str, where: str) -> int:
+def _child(
+    text: str, start: int, step: str | int, path: str, where: str, key: str | None = None
+) -> int:
     """Where the value of one path step begins, scanning the container at start."""
     opener = text[start : start + 1]
     if isinstance(step, int) and opener != "[":
@@ -281,15 +293,26 @@ def _child(text: str, start: int, step: str | int, path: str, where: str) -> int
         raise _bad(path, f"{where}: .{step} names a key of something that is not an object")
     pos = _WS.match(text, start + 1).end()  # type: ignore[union-attr]
     index = 0
+    known: list[int] | None = None  # this scan's item starts (published when it ends)
+    if isinstance(step, int) and key is not None:
+        with _ITEMS_LOCK:
+            cached = _ITEMS.get((key, start), [])
+        if step < len(cached):
+            return cached[step]
+        known = list(cached)
+        if known:  # resume at the last item found before
+            index, pos = len(known) - 1, known[-1]
     try:
         while text[pos : pos + 1] not in ("]", "}", ""):
+            if known is not None and index == len(known):
+                known.append(pos)
             if isinstance(step, str):
-                key, pos = _DECODER.raw_decode(text, pos)
+                name, pos = _DECODER.raw_decode(text, pos)
                 pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
                 if text[pos : pos + 1] != ":":
                     raise ValueError("expected ':'")
                 pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
-                if key == step:
+                if name == step:
                     return pos
             elif index == step:
                 return pos
@@ -300,6 +323,15 @@ def _child(text: str, start: int, step: str | int, path: str, where: str) -> int
                 pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
     except (ValueError, RecursionError) as exc:
         raise _bad(path, f"the original is not valid JSON there: {exc}") from exc
+    finally:
+        if known is not None and key is not None:
+            with _ITEMS_LOCK:
+                if len(known) > len(_ITEMS.get((key, start), ())):
+                    _ITEMS[(key, start)] = known
+                if (key, start) in _ITEMS:
+                    _ITEMS.move_to_end((key, start))
+                while len(_ITEMS) > _ITEMS_SIZE:
+                    _ITEMS.popitem(last=False)
     if isinstance(step, int):
         raise _bad(path, f"{where}: index {step} is past the array's {index} item(s)")
     raise _bad(path, f"{where}: no key {step!r}")
