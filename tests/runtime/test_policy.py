@@ -102,6 +102,7 @@ def test_without_a_policy_the_window_is_the_limit_to_the_token(tmp_path, counter
     else:
         assert r.status == "completed" and d["decision"] == "ok" and d["deficit"] == 0
         assert sent_tokens(r, counter) == size
+        assert counters(r).get("context_budget_violations", 0) == 0  # at the budget is within
 
 
 def test_an_oversized_document_becomes_a_pointer_and_the_call_fits(tmp_path, counter):
