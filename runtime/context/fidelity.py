@@ -305,8 +305,10 @@ def build_preamble(
             value, cut = _json_value(view.variables[name], cap, counter, scrub)
             line = f'  "{name}": {value},'
         else:
-            value, cut = _shorten(scrub(_value_text(view.variables[name])), cap, counter)
-            line = f"- `{name}`: {excerpt(value, 100_000)}"
+            # One line per variable: whitespace collapsed first, so the marker's counts are true.
+            flat = " ".join(scrub(_value_text(view.variables[name]))[: cap * 64].split())
+            value, cut = _shorten(flat, cap, counter)
+            line = f"- `{name}`: {value}"
         cost = counter.count(line) + 1
         if used + cost > var_room:
             break

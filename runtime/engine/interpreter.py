@@ -291,6 +291,15 @@ class Engine:
             tracer=tracer,
             inputs=inputs,
         )
+        if self._keeps_history:  # ctx.history(): completed steps, from the trace (fidelity)
+            from runtime.context.fidelity import HistoryLog
+
+            log = HistoryLog()
+            if pos.resumed and self.store is not None:  # the steps completed before the resume
+                log.extend(self.store.events(run_id))
+            tracer.listeners.append(log.feed)
+            ctx.history_log = log
+        ctx.resumed = pos.resumed
         try:
             self._loop(run_id, pos, ctx, tracer, limit, cancel, rng)
             self._leftovers(pos, tracer)

@@ -1,0 +1,393 @@
+"""Context fidelity (docs/fidelity.md): resolution, preambles within real-token budgets,
+durable `full` threads that survive a SIGKILL and `resume`, degradation once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import runtime
+from runtime.context import fidelity as fid
+from runtime.context.tokens import get_counter
+from runtime.engine import Engine
+
+ROOT = Path(__file__).resolve().parents[2]
+REVIEW_LOOP = ROOT / "pipelines" / "review_loop.yaml"
+INPUTS = {
+    "task": "Make parse_port reject ports outside 1-65535 with a clear error.",
+    "code": "def parse_port(text):\n    return int(text)\n",
+}
+COUNTER = get_counter("cl100k_base")
+
+
+# --- resolution ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arrival", "step", "settings", "expected"),
+    [
+        (
+            {"fidelity": "full"},
+            {"fidelity": "truncate"},
+            {"default_fidelity": "summary:low"},
+            ("full", "transition"),
+        ),
+        ({}, {"fidelity": "truncate"}, {"default_fidelity": "summary:low"}, ("truncate", "step")),
+        (
+            {"thread_id": "x"},
+            {},
+            {"default_fidelity": "summary:low"},
+            ("summary:low", "settings.default_fidelity"),
+        ),
+        ({}, {}, {}, ("compact", "default")),
+    ],
+)
+def test_fidelity_precedence(arrival, step, settings, expected):
+    assert fid.resolve_mode(arrival, step, settings) == expected
+
+
+def test_thread_precedence_each_case():
+    full_step = {"thread_id": "s", "group": "g"}
+    arrival = {"thread_id": "t"}
+    settings = {"default_thread": "d"}
+    resolve = fid.resolve_thread
+    assert resolve("x", full_step, arrival, settings, "prev") == ("s", "step")
+    assert resolve("x", {"group": "g"}, arrival, settings, "prev") == ("t", "transition")
+    assert resolve("x", {"group": "g"}, {}, settings, "prev") == ("d", "settings.default_thread")
+    assert resolve("x", {"group": "g"}, {}, {}, "prev") == ("g", "group")
+    assert resolve("x", {}, {}, {}, "prev") == ("prev", "previous step")
+    assert resolve("x", {}, {}, {}, None) == ("x", "own step")
+
+
+# --- preambles -------------------------------------------------------------------------
+
+
+def history(n: int, rng: random.Random | None = None) -> list[fid.StepRecord]:
+    rng = rng or random.Random(0)
+    out = []
+    for i in range(n):
+        notes = (
+            [
+                " ".join(
+                    rng.choice(["alpha", "beta", "γάμμα", "{json}", "x" * 30])
+                    for _ in range(rng.randint(0, 40))
+                )
+            ]
+            if rng.random() < 0.7
+            else []
+        )
+        out.append(
+            fid.StepRecord(
+                i + 1,
+                f"step_{i}",
+                rng.choice(["call_model", "search_nodes"]),
+                rng.choice(["next -> b", "yes -> c", "end"]),
+                rng.uniform(0, 5000),
+                rng.randint(1, 3),
+                notes,
+            )
+        )
+    return out
+
+
+def view(records, variables=None, written=None, **kw: Any) -> fid.RunView:
+    variables = variables if variables is not None else {}
+    return fid.RunView(
+        pipeline="review_loop",
+        goal="Fix the port parser.",
+        run_id="r1",
+        step_id="now",
+        total_steps=10,
+        history=records,
+        variables=variables,
+        written=written if written is not None else list(variables),
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("mode", list(fid.BUDGETS))
+def test_long_history_keeps_the_most_recent_and_fits_exactly(mode):
+    records = history(400)
+    p = fid.build_preamble(mode, view(records), COUNTER)
+    assert p.tokens == COUNTER.count(p.text) <= fid.BUDGETS[mode]
+    if mode in ("truncate",):
+        return
+    assert p.steps_dropped > 0 and p.steps_shown + p.steps_dropped == 400
+    # the newest step is shown, the oldest is not
+    assert "step_399" in p.text and "step_0," not in p.text and "step_0 " not in p.text
+    assert "step_0:" not in p.text
+
+
+def test_a_thousand_random_histories_never_exceed_the_budget():
+    rng = random.Random(16)
+    for i in range(1000):
+        mode = rng.choice(list(fid.BUDGETS))
+        records = history(rng.randint(0, 120), rng)
+        names = [f"v{j}" for j in range(rng.randint(0, 30))]
+        variables = {
+            n: rng.choice(["short", "word " * rng.randint(0, 900), {"k": list(range(50))}, 7])
+            for n in names
+        }
+        p = fid.build_preamble(mode, view(records, variables), COUNTER)
+        assert COUNTER.count(p.text) == p.tokens <= fid.BUDGETS[mode], (i, mode)
+
+
+def test_budget_is_used_to_the_limit_not_far_under():
+    # A history that does not fit: the next older entry would not have fitted (no estimate
+    # that wastes part of the budget).
+    records = history(500)
+    p = fid.build_preamble("summary:medium", view(records), COUNTER)
+    older = fid._entry("summary:medium", records[-p.steps_shown - 1], str)
+    assert p.steps_shown > 5
+    assert p.tokens <= fid.BUDGETS["summary:medium"] < p.tokens + COUNTER.count(older)
+
+
+def test_oversized_variable_is_shortened_with_a_marker_and_secrets_never_appear():
+    variables = {
+        "draft": "line of code\n" * 2000,
+        "api_key": "sk-live-123456789",
+        "db_password": "hunter22hunter",
+        "counters": {"x": 1},
+        "step_trace": ["a"],
+        "tip": "the secret value sk-abcdefghijkl is here",
+    }
+    p = fid.build_preamble(
+        "compact",
+        view(history(3), variables),
+        COUNTER,
+        scrub=lambda s: s.replace("sk-abcdefghijkl", "[redacted]"),
+    )
+    # the count of what the marker stands for (its first 40 * 64 characters, one line)
+    whole = COUNTER.count(" ".join(variables["draft"][: 40 * 64].split()))
+    assert "[shortened: " in p.text and f" of {whole} tokens]" in p.text
+    assert p.shortened == ("draft",)
+    for hidden in (
+        "sk-live",
+        "hunter22",
+        "api_key",
+        "db_password",
+        "step_trace",
+        "sk-abcdefghijkl",
+    ):
+        assert hidden not in p.text
+    assert "`counters`" not in p.text and "[redacted]" in p.text
+
+
+def test_include_and_exclude_choose_the_variables():
+    variables = {"a": "1", "b": "2", "c": "3"}
+    p = fid.build_preamble("compact", view([], variables, include=["c", "a"]), COUNTER)
+    assert "`a`" in p.text and "`c`" in p.text and "`b`" not in p.text
+    p = fid.build_preamble("compact", view([], variables, exclude=["b"]), COUNTER)
+    assert "`a`" in p.text and "`c`" in p.text and "`b`" not in p.text
+
+
+def test_each_mode_shows_its_content():
+    records = history(6)
+    records[-1].attempts = 3
+    records[-1].duration_ms = 4200
+    records[-1].notes = ["the review found two problems"]
+    variables = {"task": "fix it", "report": {"ok": True}}
+    t = {m: fid.build_preamble(m, view(records, variables), COUNTER).text for m in fid.BUDGETS}
+    assert "- run: r1" in t["truncate"] and "step_5" not in t["truncate"]
+    assert "### Completed steps" in t["compact"] and "`task`: fix it" in t["compact"]
+    assert "Step 7 of pipeline review_loop" in t["summary:low"]
+    assert (
+        "Completed: step_0, step_1" in t["summary:low"]
+        and "Last outcome: step_5" in t["summary:low"]
+    )
+    assert "two problems" in t["summary:medium"] and "### Active variables" in t["summary:medium"]
+    high = t["summary:high"]
+    assert "[4 s, 3 attempts]" in high and "note: the review found two problems" in high
+    assert "- actions used:" in high and '"report": {"ok": true}' in high and "```json" in high
+
+
+# --- the example pipeline, threads, resume ------------------------------------------------
+
+
+def model_calls(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == "MODEL_CALL"]
+
+
+def run_loop(db: str, run_id: str = "rl") -> runtime.RunResult:
+    p = runtime.load(str(REVIEW_LOOP))
+    r = Engine(p, store=runtime.SqliteRunStore(db)).run(INPUTS, run_id=run_id)
+    assert r.status == "completed", r.error
+    return r
+
+
+def test_review_loop_uses_all_six_modes_and_one_thread(tmp_path):
+    db = str(tmp_path / "r.db")
+    run_loop(db)
+    store = runtime.SqliteRunStore(db)
+    calls = {e["step_id"]: e for e in model_calls(store.events("rl"))}
+    assert {c["fidelity"] for c in calls.values()} == set(fid.MODES)
+    # draft starts the thread from the transition; review, fix, review_again join it
+    assert calls["draft"]["thread_id"] == "coding" and calls["draft"]["thread_messages"] == 0
+    assert [calls[s]["thread_messages"] for s in ("review", "fix", "review_again")] == [3, 6, 9]
+    review_again = calls["review_again"]["messages"]
+    thread = store.threads("rl")["coding"]
+    assert review_again[:9] == thread[:9] and review_again[:8] == calls["fix"]["messages"]
+    assert thread[8]["role"] == "assistant" and thread[8]["content"].startswith(
+        calls["fix"]["reply"]
+    )
+    for c in calls.values():
+        if c["fidelity"] != "full":
+            assert c["preamble_tokens"] <= fid.BUDGETS[c["fidelity"]]
+            assert c["messages"][0]["content"].startswith("## Run context")
+        else:
+            assert c["preamble_tokens"] == 0
+            assert not any(m["content"].startswith("## Run context") for m in c["messages"])
+    assert calls["summary"]["fidelity_from"] == "transition"
+    assert calls["notes"]["fidelity_from"] == "default"
+    threads = store.threads("rl")
+    assert list(threads) == ["coding"] and len(threads["coding"]) == 12
+
+
+def test_threads_are_isolated_by_run_and_by_id(tmp_path):
+    db = str(tmp_path / "r.db")
+    run_loop(db, "one")
+    run_loop(db, "two")
+    store = runtime.SqliteRunStore(db)
+    a, b = store.threads("one"), store.threads("two")
+    assert len(a["coding"]) == len(b["coding"]) == 12  # not 24: runs never share a thread
+    p = runtime.load(str(REVIEW_LOOP))
+    raw = json.loads(json.dumps(p.raw))
+    for s in raw["steps"]:
+        if s["id"] == "fix":
+            s["thread_id"] = "fixes"  # the step's own thread wins
+    p2 = runtime.Pipeline.from_dict(raw, file=p.file)
+    r = Engine(p2, store=runtime.SqliteRunStore(db)).run(INPUTS, run_id="three")
+    assert r.status == "completed", r.error
+    t = runtime.SqliteRunStore(db).threads("three")
+    assert len(t["fixes"]) == 3 and len(t["coding"]) == 9
+    calls = {e["step_id"]: e for e in model_calls(runtime.SqliteRunStore(db).events("three"))}
+    assert calls["fix"]["thread_messages"] == 0  # a new thread: nothing of `coding`
+
+
+def test_a_failed_attempt_appends_nothing_to_the_thread(tmp_path, monkeypatch):
+    from runtime.errors import ModelError
+    from runtime.models.extractive import ExtractiveProvider
+
+    real = ExtractiveProvider.complete
+    seen: list[str] = []
+
+    def flaky(self, request, **kw):
+        seen.append(request.step_id)
+        if request.step_id == "fix" and seen.count("fix") == 1:
+            raise ModelError("busy", code="MODEL_RATE_LIMITED")
+        return real(self, request, **kw)
+
+    monkeypatch.setattr(ExtractiveProvider, "complete", flaky)
+    p = runtime.load(str(REVIEW_LOOP))
+    fix = p.step("fix")
+    fix.config["retry"] = {"max_attempts": 2, "backoff": {"initial_seconds": 0}}
+    db = str(tmp_path / "r.db")
+    r = Engine(p, store=runtime.SqliteRunStore(db), sleep=lambda _: None).run(INPUTS, run_id="f")
+    assert r.status == "completed", r.error
+    assert len(runtime.SqliteRunStore(db).threads("f")["coding"]) == 12
+
+
+CHILD = """
+import os, sys, time
+from pathlib import Path
+import runtime
+from runtime.engine import Engine
+from runtime.models.extractive import ExtractiveProvider
+real = ExtractiveProvider.complete
+def stall(self, request, **kw):
+    if request.step_id == os.environ["STALL_STEP"]:
+        Path(os.environ["STALL_FILE"]).write_text("x")
+        time.sleep(600)
+    return real(self, request, **kw)
+ExtractiveProvider.complete = stall
+p = runtime.load(sys.argv[1])
+Engine(p, store=runtime.SqliteRunStore(sys.argv[2])).run(
+    {"task": sys.argv[3], "code": sys.argv[4]}, run_id="rl")
+"""
+
+
+def kill_in(step: str, tmp_path: Path) -> str:
+    """Run review_loop in a child process and SIGKILL it while `step` calls the model."""
+    db = str(tmp_path / "killed.db")
+    flag = tmp_path / "entered"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(REVIEW_LOOP), db, INPUTS["task"], INPUTS["code"]],
+        env={**os.environ, "STALL_FILE": str(flag), "STALL_STEP": step},
+        cwd=str(ROOT),
+    )
+    try:
+        deadline = time.time() + 120
+        while not flag.exists() and child.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        assert flag.exists(), "the child never reached the step"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    return db
+
+
+def test_sigkill_in_the_middle_of_a_full_thread_then_resume_gives_the_same_messages(tmp_path):
+    db = kill_in("fix", tmp_path)
+    saved = runtime.SqliteRunStore(db)
+    assert len(saved.threads("rl")["coding"]) == 6  # draft and review were checkpointed
+    p = runtime.load(str(REVIEW_LOOP))
+    resumed = Engine(p, store=runtime.SqliteRunStore(db)).resume("rl")
+    assert resumed.status == "completed", resumed.error
+    run_loop(str(tmp_path / "ref.db"))
+    got = model_calls(runtime.SqliteRunStore(db).events("rl"))
+    ref = model_calls(runtime.SqliteRunStore(str(tmp_path / "ref.db")).events("rl"))
+    assert [c["step_id"] for c in got] == [c["step_id"] for c in ref]
+    assert [c["messages"] for c in got] == [c["messages"] for c in ref]
+    assert not any("degraded" in c for c in got)
+    assert runtime.SqliteRunStore(db).threads("rl") == runtime.SqliteRunStore(
+        str(tmp_path / "ref.db")
+    ).threads("rl")
+
+
+def test_non_restorable_provider_degrades_the_first_full_step_after_resume_once(
+    tmp_path, monkeypatch
+):
+    from runtime.models.extractive import ExtractiveProvider
+
+    db = kill_in("review", tmp_path)
+    monkeypatch.setattr(ExtractiveProvider, "restorable_state", False)
+    p = runtime.load(str(REVIEW_LOOP))
+    resumed = Engine(p, store=runtime.SqliteRunStore(db)).resume("rl")
+    assert resumed.status == "completed", resumed.error
+    calls = {e["step_id"]: e for e in model_calls(runtime.SqliteRunStore(db).events("rl"))}
+    assert calls["review"]["degraded"] == {"from": "full", "to": "summary:high", "reason": "resume"}
+    assert calls["review"]["fidelity"] == "summary:high"
+    assert calls["review"]["preamble_tokens"] <= 3000
+    assert calls["review"]["messages"][0]["content"].startswith("## Run context")
+    # once: the next full steps use the thread again, which holds the degraded step's turn
+    for step in ("fix", "review_again"):
+        assert calls[step]["fidelity"] == "full" and "degraded" not in calls[step]
+    assert calls["fix"]["thread_messages"] == 6
+    # without a resume the same provider never degrades
+    run_loop(str(tmp_path / "ref.db"))
+    ref = model_calls(runtime.SqliteRunStore(str(tmp_path / "ref.db")).events("rl"))
+    assert not any("degraded" in c for c in ref)
+
+
+def test_history_is_rebuilt_from_the_trace_on_resume(tmp_path):
+    db = kill_in("status", tmp_path)
+    p = runtime.load(str(REVIEW_LOOP))
+    Engine(p, store=runtime.SqliteRunStore(db)).resume("rl")
+    run_loop(str(tmp_path / "ref.db"))
+    got = {e["step_id"]: e for e in model_calls(runtime.SqliteRunStore(db).events("rl"))}
+    ref = {
+        e["step_id"]: e
+        for e in model_calls(runtime.SqliteRunStore(str(tmp_path / "ref.db")).events("rl"))
+    }
+    for step in ("status", "audit", "notes"):
+        assert got[step]["messages"] == ref[step]["messages"]
+        assert "summary (call_model)" in got["audit"]["messages"][0]["content"]
