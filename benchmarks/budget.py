@@ -87,7 +87,8 @@ def rehydrate_ms(store: Any, pointer_id: str, part: str, repeat: int) -> tuple[f
         started = time.process_time()
         out = ptr.rehydrate(ctx, pointer_id, part)
         times.append(time.process_time() - started)
-    return statistics.median(times) * 1000, min(times) * 1000, out
+    # The first call is cold (a JSON path scans the array once; later calls reuse its offsets).
+    return statistics.median(times) * 1000, times[0] * 1000, out
 
 
 def main() -> None:
@@ -149,7 +150,7 @@ def main() -> None:
         print(
             f"  {s['id']:9} {s['kind']:5} block {s['tokens_after']} tokens (summary "
             f"{s['tokens_after'] - header}, frame {header}); "
-            f"{part}: {len(got):,} chars in {ms:.3f} ms (min {best:.3f}), exact {ok}; whole "
+            f"{part}: {len(got):,} chars in {ms:.3f} ms (first call {best:.3f}), exact {ok}; whole "
             f"original exact "
             f"{whole == original}"
         )
