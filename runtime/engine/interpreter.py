@@ -110,6 +110,7 @@ class _Plan:
         "branches",
         "config",
         "end",
+        "last_read",
         "next",
         "retry",
         "step",
@@ -123,6 +124,10 @@ class _Plan:
         # Actions see short-form targets only (routers return step ids); the long forms'
         # attributes are kept per (label, target) for the step arrived at.
         self.action_name = step.action
+        # (names, sorted list) the last visit read: a step reads the same names visit after
+        # visit, so its STEP events share one list (events are read-only records). One
+        # attribute holds both, so concurrent runs of the engine always read a matching pair.
+        self.last_read: tuple[frozenset[str], list[str]] = (frozenset(), [])
         self.config = short_config(step.config, type(action))
         self.arrivals: dict[tuple[str, str], Mapping[str, str]] = {
             key: MappingProxyType(attrs)
@@ -137,6 +142,12 @@ class _Plan:
             for key, value in self.config.items()
             if key.startswith("on_") and isinstance(value, str)
         }
+
+    def reads(self, read: set[str]) -> list[str]:
+        """The sorted list of names read (a new list when they differ from the last visit's)."""
+        names = sorted(read)
+        self.last_read = (frozenset(read), names)
+        return names
 
 
 class Engine:
@@ -432,6 +443,7 @@ class Engine:
                     else:
                         wrote[name] = None
             read = ctx.read
+            last_read = plan.last_read
             # The STEP event (Tracer.step's, built here: one clock read gives both the
             # timestamp and the duration).
             now = clock()
@@ -447,7 +459,7 @@ class Engine:
                 "next": nxt,
                 "attempt": attempt,
                 "duration_ms": int((now - started) * 1e6) / 1000,  # microsecond resolution
-                "read": sorted(read) if len(read) > 1 else [*read],
+                "read": last_read[1] if read == last_read[0] else plan.reads(read),
                 "wrote": wrote,
             }
             tracer.pending.append(event)  # (a checkpoint drains it into a new list)
