@@ -343,3 +343,50 @@ def test_a_500_message_thread_is_compacted_under_a_16k_window(counter):
         shown = thread[entry["index"]].content()
         assert shown.startswith(f"[ELIDED {entry['pointer_id']} assistant")
     assert len(result.entries) >= 200
+
+
+def test_payloads_smaller_than_a_pointer_are_never_replaced(counter):
+    from runtime.context import policy as pol
+    from runtime.context.pointers import MemoryPointerStore
+
+    small = [pol.Segment(f"s{i}", f"note {i}: short.") for i in range(5)]
+    big = pol.Segment("big", DOC)
+    user = pol.PromptMessage("user", [*small, big])
+    cfg = pol.PolicyConfig(enabled=True, emergency_floor=0)
+    d = pol.enforce(
+        [user],
+        pol.Profile("m", 2000, 500, 1500, 0),
+        cfg,
+        counter,
+        store=MemoryPointerStore(),
+        run_id="r",
+        overhead=4,
+    )
+    assert d.decision == "needs_summary" and [s["id"] for s in d.summarised] == ["big"]
+    assert all(s.pointer is None for s in small)
+    # Only small payloads and a budget they do not fit: nothing shrinks, rejected unchanged.
+    only = pol.PromptMessage("user", [pol.Segment(f"s{i}", f"note {i}: short.") for i in range(40)])
+    before = only.content()
+    d = pol.enforce(
+        [only],
+        pol.Profile("m", 200, 100, 100, 0),
+        cfg,
+        counter,
+        store=MemoryPointerStore(),
+        run_id="r",
+        overhead=4,
+    )
+    assert d.decision == "reject" and d.summarised == [] and only.content() == before
+
+
+def test_a_budget_exactly_at_the_emergency_floor_is_summarised_into(tmp_path):
+    r = run(
+        tmp_path,
+        {**Q, **D},
+        {"question": "q", "doc": DOC},
+        settings={
+            "context_policy": {"enabled": True, "prompt_budget": 400, "emergency_floor": 400}
+        },
+    )
+    [d] = events(r, "CONTEXT_BUDGET_DECISION")
+    assert d["decision"] == "needs_summary" and r.status == "completed", r.error

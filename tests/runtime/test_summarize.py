@@ -207,3 +207,10 @@ def test_text_without_sentences_keeps_whole_lines_from_both_ends(counter):
     lines = s.text.split("\n")
     assert lines[1] == "row 0: value 0 unit" and lines[-1] == "row 1999: value 13993 unit"
     assert "[…]" in lines and all(ln in listing for ln in lines[1:] if ln != "[…]")
+
+
+def test_a_summariser_that_overshoots_is_cut_to_the_budget(counter, monkeypatch):
+    monkeypatch.setitem(summarize._REGISTRY, "log", lambda text, budget, c: text)
+    s = summarise(real("dpkg.log"), "log", 50, counter)
+    assert s.tokens == counter.count(s.text) <= 50 and s.tokens >= 45
+    assert real("dpkg.log").startswith(s.text)
