@@ -35,7 +35,7 @@ BUDGETS: dict[str, int] = {
     "summary:high": 3000,
 }
 DEGRADED_MODE = "summary:high"  # a `full` step whose provider lost its state after a resume
-SHORTENED = "… [shortened: {shown} of {total} tokens]"
+SHORTENED = "… [shortened: {shown} tokens shown of {total} characters]"
 # Variable names that look like credentials never appear in a preamble, whatever their value.
 _SECRET_NAME = re.compile(r"(?i)(^|_)(secret|password|passwd|api_?key|token|credentials?)s?($|_)")
 # How many of a variable's tokens each mode shows, and how many history notes per step.
@@ -248,21 +248,37 @@ def _value_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _shorten(text: str, limit: int, counter: Counter) -> tuple[str, bool]:
-    """text within `limit` tokens, marker included; (text, was it shortened)."""
-    # Counting a huge value whole is wasted work: a prefix of 16 characters a token is enough
-    # to see it is over; the marker then reports the whole value's count.
-    probe = text[: limit * 16 + 16]
+def _shorten(
+    text: str, limit: int, counter: Counter, whole: int | None = None
+) -> tuple[str, bool, int]:
+    """text within `limit` tokens, marker included; (text, was it shortened, its tokens).
+
+    `whole`: the characters of the value text was cut from (it is then always marked).
+    """
+    # Counting a huge value whole is wasted work: a prefix of 6 characters a token (text
+    # averages about 4) is usually enough to see it is over; when it is not, a prefix of 16
+    # characters a token (the marker gives the whole value's size in characters).
+    probe = text[: limit * 8 + 16]
     n = counter.count(probe)
-    if n <= limit and len(probe) == len(text):
-        return text, False
-    total = n if len(probe) == len(text) else counter.count(text)
-    if total <= limit:
-        return text, False
-    marker = SHORTENED.format(shown="{shown}", total=total)
+    if n <= limit and len(probe) < len(text):
+        probe = text[: limit * 16 + 16]
+        n = counter.count(probe)
+    if whole is None and n <= limit:
+        if len(probe) == len(text):
+            return text, False, n
+        n = counter.count(text)
+        if n <= limit:
+            return text, False, n
+    marker = SHORTENED.format(shown="{shown}", total=f"{whole or len(text):,}")
     room = max(0, limit - counter.count(marker.format(shown=limit)))
-    head = counter.truncate(probe, room)
-    return head + marker.format(shown=counter.count(head)), True
+    # Cut from the first 6 characters a token: re-encoded faster than the whole probe, and
+    # a head a little short of room is still within the limit and marked.
+    head = counter.truncate(probe[: room * 6 + 16], room)
+    shown = counter.count(head)
+    tail = marker.format(shown=shown)
+    # head + tail within limit: a joint may merge, so the sum is an upper bound of sorts
+    # that the exact count of the whole preamble checks.
+    return head + tail, True, shown + counter.count(tail)
 
 
 def build_preamble(
@@ -299,17 +315,22 @@ def build_preamble(
     var_lines: list[str] = []
     shortened: list[str] = []
     var_room = limit // 2
-    used = 0
+    used = 0  # tokens of the variable lines, each with its newline
     for name in names:
         if mode == "summary:high":
-            value, cut = _json_value(view.variables[name], cap, counter, scrub)
+            value, cut, tokens = _json_value(view.variables[name], cap, counter, scrub)
             line = f'  "{name}": {value},'
         else:
             # One line per variable: whitespace collapsed first, so the marker's counts are true.
-            flat = " ".join(scrub(_value_text(view.variables[name]))[: cap * 64].split())
-            value, cut = _shorten(flat, cap, counter)
+            raw = scrub(_value_text(view.variables[name]))
+            flat = " ".join(raw[: cap * 64].split())
+            value, cut, tokens = _shorten(
+                flat, cap, counter, len(raw) if len(raw) > cap * 64 else None
+            )
             line = f"- `{name}`: {value}"
-        cost = counter.count(line) + 1
+        # The value was counted when it was shortened: only the name around it is counted
+        # here (the exact count of the whole preamble corrects any joint).
+        cost = tokens + counter.count(line[: len(line) - len(value)]) + 2
         if used + cost > var_room:
             break
         used += cost
@@ -326,17 +347,21 @@ def build_preamble(
         var_lines = [title, *var_lines] if var_lines else []
     if hidden:
         var_lines.append(f"- ({hidden} more variables not shown)")
-    entries = [_entry(mode, r, scrub) for r in view.history]
-    return _fit(mode, head, entries, var_lines, limit, counter, view, tuple(shortened), hidden)
+    return _fit(
+        mode, head, var_lines, used + 12, limit, counter, view, scrub, tuple(shortened), hidden
+    )
 
 
-def _json_value(value: Any, cap: int, counter: Counter, scrub: Callable[[str], str]) -> Any:
+def _json_value(
+    value: Any, cap: int, counter: Counter, scrub: Callable[[str], str]
+) -> tuple[str, bool, int]:
     """A value as JSON text within cap tokens: strings shortened inside, else the text cut."""
     text = scrub(json.dumps(value, ensure_ascii=False, sort_keys=True))
-    if counter.count(text[: cap * 16 + 16]) <= cap and len(text) <= cap * 16 + 16:
-        return text, False
-    short, _ = _shorten(text, cap, counter)
-    return json.dumps(short, ensure_ascii=False), True
+    short, cut, tokens = _shorten(text, cap, counter)
+    if not cut:
+        return text, False, tokens
+    # Quoted: two quotes more, and escapes the exact count of the whole preamble sees.
+    return json.dumps(short, ensure_ascii=False), True, tokens + 2
 
 
 def _entry(mode: str, r: StepRecord, scrub: Callable[[str], str]) -> str:
@@ -359,11 +384,12 @@ def _entry(mode: str, r: StepRecord, scrub: Callable[[str], str]) -> str:
 def _fit(
     mode: str,
     head: list[str],
-    entries: list[str],
     var_lines: list[str],
+    var_tokens: int,
     limit: int,
     counter: Counter,
     view: RunView,
+    scrub: Callable[[str], str],
     shortened: tuple[str, ...],
     hidden: int,
 ) -> Preamble:
@@ -382,19 +408,25 @@ def _fit(
     if mode == "summary:medium":
         done = len(view.history)
         head = [*head, f"- progress: {done} steps completed"]
-    fixed = counter.count("\n".join(head + var_lines)) + 4  # + title and joints
+    # The variable lines were counted one by one (var_tokens: with their titles and joints);
+    # the exact count of the whole text below corrects any difference.
+    fixed = counter.count("\n".join(head)) + var_tokens + 4
     room = limit - fixed
     kept: list[str] = []
-    for line in reversed(entries):  # newest first; each line counted on its own
+    # Newest first, each entry rendered and counted on its own until the room is used: a
+    # run of 100,000 steps costs what the shown ones cost.
+    for record in reversed(view.history):
+        line = _entry(mode, record, scrub)
         cost = counter.count(line) + 1
         if cost > room:
             break
         room -= cost
         kept.append(line)
+    total = len(view.history)
     while True:
         kept_lines = list(reversed(kept))
-        dropped = len(entries) - len(kept_lines)
-        section = [titles[mode]] if entries else []
+        dropped = total - len(kept_lines)
+        section = [titles[mode]] if total else []
         if dropped:
             section.append(f"- ({dropped} earlier steps not shown)")
         text = "\n".join(head + section + kept_lines + var_lines)
