@@ -80,6 +80,12 @@ def runs(
     help="Export the originals behind the run's context pointers (jsonl: with their text) "
     "and its thread compaction maps (docs/budget.md).",
 )
+@click.option(
+    "--threads",
+    is_flag=True,
+    help="Print the run's conversation threads as checkpointed (docs/fidelity.md), and the "
+    "fidelity of each model call.",
+)
 @handle_errors
 def trace(
     run_id: str,
@@ -89,6 +95,7 @@ def trace(
     messages: bool,
     full: bool,
     pointers: bool,
+    threads: bool = False,
 ) -> None:
     """Show a run's trace events, or the exact prompts its model calls sent."""
     from runtime.engine import trace as tr
@@ -98,6 +105,9 @@ def trace(
     events = opened.events(run_id)
     if pointers:
         click.echo(_render_pointers(opened, run_id, events, fmt), nl=False)
+        return
+    if threads:
+        click.echo(_render_threads(opened.threads(run_id), events, fmt, full), nl=False)
         return
     if step_id is not None:
         events = _of_step(events, run_id, step_id)
@@ -146,6 +156,52 @@ def _render_pointers(store: Any, run_id: str, events: list[dict[str, Any]], fmt:
                 f"({entry['role']}) -> {entry['pointer_id']}, {entry['tokens_before']} -> "
                 f"{entry['tokens_after']} tokens\n"
             )
+    return "".join(out)
+
+
+def _render_threads(
+    threads: dict[str, list[dict[str, Any]]], events: list[dict[str, Any]], fmt: str, full: bool
+) -> str:
+    """Each model call's fidelity, thread and preamble tokens, then each thread's messages."""
+    from runtime.engine import trace as tr
+
+    calls = [e for e in events if e["type"] == "MODEL_CALL"]
+    keys = ("fidelity", "fidelity_from", "thread_id", "thread_messages", "preamble_tokens")
+    if fmt == "jsonl":
+        rows: list[dict[str, Any]] = [
+            {"type": "call", "seq": c["seq"], "step_id": c["step_id"], "degraded": None}
+            | {k: c.get(k) for k in keys}
+            | ({"degraded": c["degraded"]} if "degraded" in c else {})
+            for c in calls
+        ]
+        rows += [
+            {"type": "message", "thread_id": tid, "n": n, **m}
+            for tid, messages in threads.items()
+            for n, m in enumerate(messages)
+        ]
+        return tr.to_jsonl(rows)
+    out = []
+    for c in calls:
+        mode = c.get("fidelity") or "-"
+        where = (
+            f"thread {c['thread_id']} ({c.get('thread_messages')} before)"
+            if c.get("thread_id")
+            else f"preamble {c.get('preamble_tokens')}/{c.get('preamble_budget')} tokens"
+        )
+        if mode == "-":
+            where = "no fidelity declared"
+        degraded = (
+            f"  degraded {c['degraded']['from']} -> {c['degraded']['to']}"
+            if c.get("degraded")
+            else ""
+        )
+        out.append(f"{c['seq']:>5} {c['step_id']:<22} {mode:<15} {where}{degraded}\n")
+    for tid, messages in threads.items():
+        out.append(f"\nthread {tid}: {len(messages)} message(s)\n")
+        for n, m in enumerate(messages):
+            text = m.get("content") or ""
+            shown = text if full else " ".join(text.split())[:100]
+            out.append(f"  {n:>4} {m.get('role', '?'):<9} {shown}\n")
     return "".join(out)
 
 

@@ -391,3 +391,26 @@ def test_history_is_rebuilt_from_the_trace_on_resume(tmp_path):
     for step in ("status", "audit", "notes"):
         assert got[step]["messages"] == ref[step]["messages"]
         assert "summary (call_model)" in got["audit"]["messages"][0]["content"]
+
+
+def test_runtime_trace_threads_shows_each_call_and_the_thread(tmp_path):
+    from click.testing import CliRunner
+
+    from runtime.cli import cli
+
+    db = str(tmp_path / "r.db")
+    run_loop(db)
+    out = CliRunner().invoke(cli, ["trace", "rl", "--store", db, "--threads"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert any("review_again" in x and "thread coding (9 before)" in x for x in lines)
+    assert any(" summary " in x and "truncate" in x and "/100 tokens" in x for x in lines)
+    assert "thread coding: 12 message(s)" in out.output
+    rows = [
+        json.loads(x)
+        for x in CliRunner()
+        .invoke(cli, ["trace", "rl", "--store", db, "--threads", "--format", "jsonl"])
+        .output.splitlines()
+    ]
+    assert [r["n"] for r in rows if r["type"] == "message"] == list(range(12))
+    assert {r["fidelity"] for r in rows if r["type"] == "call"} == set(fid.MODES)
