@@ -143,9 +143,10 @@ def test_a_folder_with_a_once_crashing_file_reports_every_file(tmp_path):
 
 FUZZ_COUNT = 2000
 FUZZ_SEED = 20261123
-# One sequence of 2,000 mutants, split: the first 400 (every kind of mutation has appeared
-# by the 322nd) run in the fast subset, the other 1,600 are slow. CI runs both halves, so
-# every run still validates the same 2,000.
+# One sequence of 2,000 mutants, split: the first 400 run in the fast subset, the other
+# 1,600 are slow. CI runs both halves, so every run still validates the same 2,000. The
+# sequence depends on the corpus (every pipeline in the repository), so which kinds of
+# mutation the first 400 hold changes as pipelines are added; the slow half holds them all.
 FUZZ_FAST = 400
 KINDS = ["delete", "duplicate", "line", "rename", "root", "swap", "unwrap", "wrap"]
 
@@ -155,8 +156,7 @@ def test_mutated_real_pipelines_validate_with_positioned_coded_diagnostics(tmp_p
     done, failures = fuzz_pipelines.run(FUZZ_FAST, FUZZ_SEED, tmp_path, ops)
     assert done == FUZZ_FAST
     assert failures == []
-    # Every kind of mutation was among them.
-    assert sorted(ops) == KINDS
+    assert ops <= set(KINDS)
 
 
 @pytest.mark.slow
@@ -165,4 +165,5 @@ def test_the_rest_of_the_fuzzed_pipelines_validate_too(tmp_path):
     done, failures = fuzz_pipelines.run(FUZZ_COUNT, FUZZ_SEED, tmp_path, ops, start=FUZZ_FAST)
     assert done == FUZZ_COUNT - FUZZ_FAST
     assert failures == []
+    # Every kind of mutation was among them.
     assert sorted(ops) == KINDS
