@@ -10,7 +10,7 @@ table row is the median of the paired ratios (> 1: step-runtime is better), so
 drifting machine load cancels out as far as it can; the medians of the rates are
 printed beside it for scale. The load average is printed at the start and the end.
 
-Sections (`--only engine,checkpoint,size,budget`):
+Sections (`--only engine,checkpoint,size,budget,validation`):
 - engine: a trivial loop of 10,003 steps (n += 1 until a limit, then stop), no
   store, every step traced (step-runtime's STEP events; the older engine's action
   appends one event per step in the older engine's own event format, with its
@@ -29,6 +29,12 @@ Sections (`--only engine,checkpoint,size,budget`):
   tokens of context, each sample in a new process (cold caches): "pipeline" = the
   context was counted when earlier steps built it and fetch_node_texts counted the
   incoming blocks, as in a real run; "nothing counted" = not even that.
+- validation: benchmarks/validate.py's generated pipelines: in-process CPU time per step at
+  500, 5,000 and 20,000 steps (linear: the per-step time stays flat; the row's ratio is
+  20,000's per-step time over 500's), the first validation in a fresh process against
+  jsonschema + PyYAML's C loader on the same file, and `runtime validate` of 500 steps
+  against check-jsonschema (`--check-jsonschema PATH`, or on PATH; skipped without it),
+  as paired ratios (here < 1 means step-runtime is faster).
 
 The older engine is never vendored: pass a checkout of its source (for example
 `git -C <its repository> worktree add /tmp/older`). `pip install -e .[bench]` installs
@@ -40,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -363,7 +370,12 @@ def main() -> None:
     ap.add_argument("--older-engine", help="a checkout of the older engine's source")
     ap.add_argument("--pairs", type=int, default=7, help="pairs per row (fewer for long runs)")
     ap.add_argument("--quick", action="store_true", help="skip the 100,003-step rows")
-    ap.add_argument("--only", default="engine,checkpoint,size,budget")
+    ap.add_argument("--only", default="engine,checkpoint,size,budget,validation")
+    ap.add_argument(
+        "--check-jsonschema",
+        default=shutil.which("check-jsonschema"),
+        help="check-jsonschema's executable (a throwaway venv), for the validation rows",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--budget-once", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -450,10 +462,89 @@ def main() -> None:
                     f"{med:.1f} ms median ({min(samples):.1f}-{max(samples):.1f}, {n} processes)",
                     flush=True,
                 )
+        if "validation" in only:
+            validation_rows(n, args.check_jsonschema)
     finally:
         for w in filter(None, (ours, lg, older)):
             w.close()
     print(f"load average at the end {load()}")
+
+
+def validation_rows(pairs: int, check_jsonschema: str | None) -> None:
+    """The validation rows, from benchmarks/validate.py's generated pipelines and snippets."""
+    sys.path.insert(0, str(HERE))
+    import validate as v
+
+    from runtime.format.validation import validate_paths
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {}
+        per_step = {}
+        for steps in (500, 5_000, 20_000):
+            path = Path(tmp) / f"bench{steps}.yaml"
+            path.write_text(v.generate(steps, compact=steps > 5_000))
+            files[steps] = path
+            report = validate_paths([str(path)])  # compiles the schemas of the actions used
+            assert report.errors == 0, [d.message for d in report.diagnostics[:5]]
+            times = []
+            for _ in range(pairs if steps < 20_000 else 3):
+                t0 = time.process_time()  # CPU time: robust to other processes' load
+                validate_paths([str(path)])
+                times.append(time.process_time() - t0)
+            per_step[steps] = statistics.median(times) / steps
+            print(
+                f"| validation in-process, {steps:,} steps: {statistics.median(times) * 1000:.0f} ms"
+                f" CPU median, {per_step[steps] * 1e6:.0f} us/step",
+                flush=True,
+            )
+        row(
+            "  per-step time 20,000 / 500 steps (1.0: linear)",
+            per_step[20_000] * 1e6,
+            per_step[500] * 1e6,
+            per_step[20_000] / per_step[500],
+            "us/step",
+        )
+        a_s, b_s, ratios = [], [], []
+        for i in range(pairs):
+            ours = lambda: v._snippet(v.OURS, str(files[500]))  # noqa: E731
+            ref = lambda: v._snippet(v.REFERENCE, str(files[500]), str(v.SCHEMA))  # noqa: E731
+            if i % 2 == 0:
+                a, b = ours(), ref()
+            else:
+                b, a = ref(), ours()
+            a_s.append(a * 1000)
+            b_s.append(b * 1000)
+            ratios.append(a / b)
+        row(
+            "first validation, fresh process, 500 steps, vs jsonschema+CLoader (ms)",
+            statistics.median(a_s),
+            statistics.median(b_s),
+            statistics.median(ratios),
+            f"{_spread(ratios)}; < 1: faster",
+        )
+        if not check_jsonschema:
+            print(
+                "| `runtime validate` vs check-jsonschema: skipped (pass --check-jsonschema PATH)"
+            )
+            return
+        cli = [sys.executable, "-m", "runtime", "validate", str(files[500])]
+        other = [check_jsonschema, "--schemafile", str(v.SCHEMA), str(files[500])]
+        a_s, b_s, ratios = [], [], []
+        for i in range(pairs):
+            if i % 2 == 0:
+                a, b = v._wall(cli), v._wall(other)
+            else:
+                b, a = v._wall(other), v._wall(cli)
+            a_s.append(a * 1000)
+            b_s.append(b * 1000)
+            ratios.append(a / b)
+        row(
+            "`runtime validate` 500 steps vs check-jsonschema, whole process (ms)",
+            statistics.median(a_s),
+            statistics.median(b_s),
+            statistics.median(ratios),
+            f"{_spread(ratios)}; target <= 0.4",
+        )
 
 
 def _spread(ratios: list[float]) -> str:
