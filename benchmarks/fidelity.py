@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runtime.context import fidelity as fid
-from runtime.context.tokens import get_counter
+from runtime.context.tokens import TokenCounter, get_counter
 from runtime.engine.state import RunState
 from runtime.engine.step_context import Context
 from runtime.engine.store import SqliteRunStore
@@ -137,7 +137,8 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(16)
     view = run_view(rng)
-    counter = get_counter("cl100k_base")
+    base = get_counter("cl100k_base")
+    encoding = base.encoding
     ctx, messages = thread_context(rng, 500)
     own = [{"role": "system", "content": "Review."}, {"role": "user", "content": "The draft."}]
     tmp = tempfile.mkdtemp()
@@ -159,12 +160,14 @@ def main() -> None:
         # The same machine's tokenizer speed, interleaved: on a loaded machine the ratios
         # to it are steadier than the absolute times.
         results.setdefault("reference: count 10,000 characters", []).append(
-            timed(lambda: counter.count(reference))
+            timed(lambda: base.count(reference))
         )
         for mode in fid.BUDGETS:
+            # A fresh counter per build: no count remembered from an earlier one.
+            fresh = TokenCounter(encoding)
             out: list[fid.Preamble] = []
             results.setdefault(f"preamble {mode}", []).append(
-                timed(lambda m=mode, o=out: o.append(fid.build_preamble(m, view, counter)))
+                timed(lambda m=mode, o=out, c=fresh: o.append(fid.build_preamble(m, view, c)))
             )
             p = out[0]
             sizes[mode] = (p.tokens, p.steps_shown, p.variables_shown)

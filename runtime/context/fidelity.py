@@ -35,7 +35,7 @@ BUDGETS: dict[str, int] = {
     "summary:high": 3000,
 }
 DEGRADED_MODE = "summary:high"  # a `full` step whose provider lost its state after a resume
-SHORTENED = "… [shortened: {shown} tokens shown of {total} characters]"
+SHORTENED = "… [shortened: {total} characters in all]"
 # Variable names that look like credentials never appear in a preamble, whatever their value.
 _SECRET_NAME = re.compile(r"(?i)(^|_)(secret|password|passwd|api_?key|token|credentials?)s?($|_)")
 # How many of a variable's tokens each mode shows, and how many history notes per step.
@@ -269,16 +269,14 @@ def _shorten(
         n = counter.count(text)
         if n <= limit:
             return text, False, n
-    marker = SHORTENED.format(shown="{shown}", total=f"{whole or len(text):,}")
-    room = max(0, limit - counter.count(marker.format(shown=limit)))
+    marker = SHORTENED.format(total=f"{whole or len(text):,}")
+    marked = counter.count(marker)
+    room = max(0, limit - marked)
     # Cut from the first 6 characters a token: re-encoded faster than the whole probe, and
-    # a head a little short of room is still within the limit and marked.
+    # a head a little short of room is still within the limit and marked. room + marker
+    # bounds the result (a joint may merge; the exact count of the whole preamble checks).
     head = counter.truncate(probe[: room * 6 + 16], room)
-    shown = counter.count(head)
-    tail = marker.format(shown=shown)
-    # head + tail within limit: a joint may merge, so the sum is an upper bound of sorts
-    # that the exact count of the whole preamble checks.
-    return head + tail, True, shown + counter.count(tail)
+    return head + marker, True, room + marked
 
 
 def build_preamble(
@@ -415,9 +413,12 @@ def _fit(
     kept: list[str] = []
     # Newest first, each entry rendered and counted on its own until the room is used: a
     # run of 100,000 steps costs what the shown ones cost.
+    # Each entry is counted with the newline that ends it; the whole text's count is then
+    # the sum of its lines' (see _joined), so no entry is encoded twice.
+    costs: dict[str, int] = {}
     for record in reversed(view.history):
         line = _entry(mode, record, scrub)
-        cost = counter.count(line) + 1
+        cost = costs[line] = counter.count(line + "\n")
         if cost > room:
             break
         room -= cost
@@ -429,8 +430,11 @@ def _fit(
         section = [titles[mode]] if total else []
         if dropped:
             section.append(f"- ({dropped} earlier steps not shown)")
-        text = "\n".join(head + section + kept_lines + var_lines)
-        tokens = counter.count(text)
+        units = [*head, *section, *kept_lines]
+        if var_lines:
+            units.append("\n".join(var_lines))  # its inner lines may start with spaces
+        text = "\n".join(units)
+        tokens = _joined(units, costs, counter)
         if tokens <= limit or not kept:
             break
         kept.pop()  # joints counted differently: drop the oldest kept and count again
@@ -449,11 +453,28 @@ def _fit(
     )
 
 
+def _joined(units: list[str], known: dict[str, int], counter: Counter) -> int:
+    """Exact tokens of "\\n".join(units): each unit counted with its newline, summed.
+
+    No BPE piece of cl100k_base or o200k_base spans a newline followed by a character that
+    is neither whitespace nor "/" (runtime/context/tokens.py, count_joined), and the
+    pre-tokeniser has no look-behind: counts add up at such cuts. Units that start
+    otherwise are counted with the text around them.
+    """
+    if any(u[:1].isspace() or u[:1] in ("", "/") for u in units[1:]):
+        return counter.count("\n".join(units))
+    total = 0
+    for unit in units[:-1]:
+        n = known.get(unit)
+        total += n if n is not None else counter.count(unit + "\n")
+    return total + counter.count(units[-1]) if units else 0
+
+
 def _low(view: RunView, limit: int, counter: Counter, scrub: Callable[[str], str]) -> Preamble:
     """summary:low: one paragraph; the oldest completed step names go first."""
     n = len(view.history) + 1
     last = view.history[-1] if view.history else None
-    goal = excerpt(view.goal, 400) if view.goal else "none given"
+    goal = excerpt(view.goal, 400).rstrip(".") if view.goal else "none given"
     start = (
         f"## Run context\nStep {n} of pipeline {view.pipeline} ({view.total_steps} steps), "
         f"run {view.run_id}, now at {view.step_id}. Goal: {goal}."
