@@ -39,7 +39,7 @@ and is reported as ``ACTION_FAILED``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -186,6 +186,10 @@ class StepContext(Protocol):
     # them (else `{}`: the entry step, a short form), and the step it came from (None at entry).
     arrival: Mapping[str, str]
     arrival_from: str | None
+    # Context fidelity (docs/fidelity.md): the completed-step log the engine keeps when an
+    # action declares reads_history (None otherwise), and whether this process resumed the run.
+    history_log: Any
+    resumed: bool
 
     @property
     def pipeline(self) -> PipelineView:
@@ -221,6 +225,21 @@ class StepContext(Protocol):
 
     def increment(self, name: str, by: int = 1) -> int:
         """Increment an engine-owned counter (by `by`) and return the new value."""
+
+    def variables(self) -> Mapping[str, Any]:
+        """A read-only view of the committed variables (reads are not tracked)."""
+
+    def history(self) -> list[dict[str, Any]]:
+        """The run's completed step visits: id, action, outcome, duration, attempts, notes."""
+
+    def thread(self, thread_id: str) -> list[dict[str, Any]]:
+        """A copy of a conversation thread's committed messages ([] for a new one)."""
+
+    def append_thread(self, thread_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Stage messages to append to a thread (applied when the attempt succeeds)."""
+
+    def mark_resume_handled(self) -> None:
+        """Stage the end of the after-resume state (a degraded `full` step has run)."""
 
 
 class Action:
