@@ -390,3 +390,39 @@ def test_a_budget_exactly_at_the_emergency_floor_is_summarised_into(tmp_path):
     )
     [d] = events(r, "CONTEXT_BUDGET_DECISION")
     assert d["decision"] == "needs_summary" and r.status == "completed", r.error
+
+
+def test_a_turn_compacted_again_by_a_later_call_is_counted_once(tmp_path):
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "sys.md").write_text(SYSTEM + "\n")
+    turns = []
+    for i in range(6):
+        turns.append({"role": "user", "content": f"question {i}"})
+        turns.append({"role": "assistant", "content": DOC[: 3000 + i]})
+    ask = {
+        "action": "call_model",
+        "prompt_key": "sys",
+        "model": "small",
+        "use_history": True,
+        "user_parts": Q,
+    }
+    data = {
+        "settings": {
+            "entry_step_id": "a1",
+            "models": {"small": {"provider": "extractive", "context_window": 16000}},
+            "context_policy": {"enabled": True, "trace_threshold_tokens": 2500},
+        },
+        "steps": [
+            {"id": "a1", **ask, "next": "a2"},
+            {"id": "a2", **ask, "next": "f"},
+            {"id": "f", "action": "finalize", "source": "last_model_response"},
+        ],
+    }
+    p = Pipeline.from_dict(data, file=str(tmp_path / "p.yaml"))
+    engine = Engine(p, services=Services(settings=p.settings, base_dir=str(tmp_path)))
+    r = engine.run({"question": "q", "conversation_history": turns}, run_id="t")
+    assert r.status == "completed", r.error
+    first, second = events(r, "THREAD_COMPACTED")
+    assert [e["pointer_id"] for e in first["map"]] == [e["pointer_id"] for e in second["map"]]
+    saved = sum(e["tokens_before"] - e["tokens_after"] for e in first["map"])
+    assert counters(r) == {"compactions": len(first["map"]), "tokens_saved": saved}
