@@ -246,6 +246,8 @@ def test_review_loop_uses_all_six_modes_and_one_thread(tmp_path):
         else:
             assert c["preamble_tokens"] == 0
             assert not any(m["content"].startswith("## Run context") for m in c["messages"])
+    assert calls["draft"]["thread_from"] == "transition"
+    assert calls["review"]["thread_from"] == "settings.default_thread"
     assert calls["summary"]["fidelity_from"] == "transition"
     assert calls["notes"]["fidelity_from"] == "default"
     threads = store.threads("rl")
@@ -414,3 +416,14 @@ def test_runtime_trace_threads_shows_each_call_and_the_thread(tmp_path):
     ]
     assert [r["n"] for r in rows if r["type"] == "message"] == list(range(12))
     assert {r["fidelity"] for r in rows if r["type"] == "call"} == set(fid.MODES)
+
+
+def test_same_inputs_give_the_same_trace(tmp_path):
+    from runtime.engine.trace import without_timing
+
+    traces = []
+    for name in ("a.db", "b.db"):
+        run_loop(str(tmp_path / name))
+        events = runtime.SqliteRunStore(str(tmp_path / name)).events("rl")
+        traces.append(without_timing(events))
+    assert traces[0] == traces[1]
