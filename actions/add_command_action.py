@@ -8,7 +8,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from runtime.contract.action import Action, Outcome, Problem, StepContext
+from runtime.contract.action import Action, Outcome, Problem, StepContext, VariableRead
 
 # Where the links go: the first of these holding text (the older engine's order).
 ANSWER_FIELDS = ("final_answer", "answer_translated", "answer_neutral", "last_model_response")
@@ -112,6 +112,17 @@ class AddCommandAction(Action):
                 ("commands", i),
                 severity="warning",
             )
+
+    @classmethod
+    def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
+        """A `permissions_from` the step names; the answer fields may be unset (no links)."""
+        if isinstance(step.get("permissions_from"), str):
+            yield VariableRead((step["permissions_from"],), ("permissions_from",))
+
+    @classmethod
+    def step_writes(cls, step: Mapping[str, Any]) -> Iterator[str]:
+        """commands_applied; an answer field only when it is already set (so not here)."""
+        yield "commands_applied"
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Build each permitted command's link; append them all in one line."""

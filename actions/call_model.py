@@ -19,6 +19,7 @@ from runtime.contract.action import (
     PromptEnvelope,
     PromptSlot,
     StepContext,
+    VariableRead,
 )
 from runtime.errors import (
     InvalidStructuredOutputError,
@@ -122,6 +123,16 @@ class CallModel(Action):
                 config_from_spec(name, settings)
             except ModelError as exc:
                 yield Problem(exc.code, exc.message, ("model",))
+
+    @classmethod
+    def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
+        """Each user part's `source`; conversation_history with `use_history`."""
+        parts = step.get("user_parts")
+        for name, part in parts.items() if isinstance(parts, Mapping) else ():
+            if isinstance(part, Mapping) and isinstance(part.get("source"), str):
+                yield VariableRead((part["source"],), ("user_parts", name, "source"))
+        if step.get("use_history") is True:
+            yield VariableRead(("conversation_history",), ("use_history",))
 
     @classmethod
     def output_bounds(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, int]:

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actions import _jsonish
-from runtime.contract.action import Action, Outcome, StepContext
+from runtime.contract.action import Action, Outcome, StepContext, VariableRead
 
 _TARGET_KEYS = ("target_step_id", "target", "id")
 
@@ -51,6 +51,11 @@ class InboxDispatcher(Action):
         rules = step.get("rules")
         for target in rules if isinstance(rules, Mapping) else []:
             yield ("rules", target), str(target)
+
+    @classmethod
+    def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
+        """`source` (default last_model_response): unset, nothing is ever sent."""
+        yield VariableRead.named(step, "source", "last_model_response")
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Filter, rename and send each directive; drop the rest (traced)."""

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actions import _jsonish
-from runtime.contract.action import Action, Outcome, StepContext, Transition
+from runtime.contract.action import Action, Outcome, StepContext, Transition, VariableRead
 from runtime.format.transitions import target_schema
 
 DECISION_KEYS = ("decision", "route", "mode")
@@ -46,6 +46,16 @@ class JsonDecisionRouter(Action):
         for key, target in routes.items() if isinstance(routes, Mapping) else []:
             if isinstance(target, str):
                 yield Transition(f"route {key}", ("routes", key), target)
+
+    @classmethod
+    def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
+        """`source` (default last_model_response): unset, every run goes to on_other."""
+        yield VariableRead.named(step, "source", "last_model_response")
+
+    @classmethod
+    def step_writes(cls, step: Mapping[str, Any]) -> Iterator[str]:
+        """Nothing new: `source` is written back (without its decision) only when it is set."""
+        return iter(())
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Parse, match, write the rest back, route."""

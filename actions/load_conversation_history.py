@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
-from runtime.contract.action import Action, Outcome, StepContext
+from runtime.contract.action import Action, Outcome, StepContext, VariableRead
 from runtime.errors import StateError
 
 
@@ -24,6 +25,12 @@ class LoadConversationHistory(Action):
     reads = ("history",)
     writes = ("conversation_history",)
     runnable = True
+
+    @classmethod
+    def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
+        """A `source` the step names; the default `history` may be absent (no earlier turns)."""
+        if isinstance(step.get("source"), str):
+            yield VariableRead((step["source"],), ("source",))
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Validate and copy the turns."""

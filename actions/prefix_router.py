@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from runtime.contract.action import Action, Outcome, StepContext, Transition
+from runtime.contract.action import Action, Outcome, StepContext, Transition, VariableRead
 from runtime.format.transitions import target_schema
 
 
@@ -48,6 +48,11 @@ class PrefixRouter(Action):
         for name, route in routes.items() if isinstance(routes, Mapping) else []:
             if isinstance(route, Mapping) and isinstance(route.get("next"), str):
                 yield Transition(f"route {name}", ("routes", name, "next"), route["next"])
+
+    @classmethod
+    def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
+        """`source` (default last_model_response): unset, every run goes to on_other."""
+        yield VariableRead.named(step, "source", "last_model_response")
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Match prefixes in declaration order."""

@@ -7,7 +7,14 @@ from typing import Any
 
 from actions import _summarisers  # noqa: F401  (pointers may hold summarised code)
 from runtime.context.pointers import rehydrate
-from runtime.contract.action import VARIABLE_PATTERN, Action, Outcome, Problem, StepContext
+from runtime.contract.action import (
+    VARIABLE_PATTERN,
+    Action,
+    Outcome,
+    Problem,
+    StepContext,
+    VariableRead,
+)
 from runtime.errors import RunError
 
 _VARIABLE = {"type": "string", "pattern": VARIABLE_PATTERN}
@@ -67,6 +74,19 @@ class Rehydrate(Action):
         target = step.get("target")
         limit = step.get("max_tokens", settings.get("max_context_tokens"))
         return {target: limit} if isinstance(target, str) and isinstance(limit, int) else {}
+
+    @classmethod
+    def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
+        """`pointer_id_from` and `slice_from`, when given."""
+        for key in ("pointer_id_from", "slice_from"):
+            if isinstance(step.get(key), str):
+                yield VariableRead((step[key],), (key,))
+
+    @classmethod
+    def step_writes(cls, step: Mapping[str, Any]) -> Iterator[str]:
+        """`target`."""
+        if isinstance(step.get("target"), str):
+            yield step["target"]
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Look the pointer up in the run's store, cut the slice, check the budget, write."""

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actions import _jsonish
-from runtime.contract.action import Action, Outcome, Problem, StepContext
+from runtime.contract.action import Action, Outcome, Problem, StepContext, VariableRead
 
 _NON_WORD = re.compile(r"[^\w]+")
 
@@ -72,6 +72,11 @@ class RepeatQueryGuard(Action):
     def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:
         """An older engine query_parser this action cannot honour."""
         return check_query_parser(step)
+
+    @classmethod
+    def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
+        """`query_from` (default last_model_response): unset, every query is a repeat."""
+        yield VariableRead.named(step, "query_from", "last_model_response")
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Compare the normalized query with those asked so far."""

@@ -8,7 +8,7 @@ from typing import Any
 from actions import _jsonish
 from actions._scope import run_scope
 from actions.repeat_query_guard import QUERY_PARSER_FIELD, check_query_parser, normalize_query
-from runtime.contract.action import Action, Outcome, Problem, StepContext
+from runtime.contract.action import Action, Outcome, Problem, StepContext, VariableRead
 from runtime.errors import RunError
 
 CLEARED = {
@@ -128,6 +128,16 @@ class SearchNodes(Action):
                 continue
             out[key] = sorted(wanted)
         return out, ignored
+
+    @classmethod
+    def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
+        """`query_from` (default last_model_response): unset, the query is empty."""
+        yield VariableRead.named(step, "query_from", "last_model_response")
+
+    @classmethod
+    def step_writes(cls, step: Mapping[str, Any]) -> Iterator[str]:
+        """The retrieval variables, and those a new search clears."""
+        return iter(dict.fromkeys([*cls.writes, *CLEARED]))
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Search within the caller's scope; write the retrieval variables."""

@@ -13,6 +13,7 @@ from runtime.contract.action import (
     Outcome,
     Problem,
     StepContext,
+    VariableRead,
 )
 from runtime.errors import RunError
 
@@ -77,6 +78,14 @@ def apply_transform(name: str, value: Any, current: Any = None) -> Any:
     raise _fail(f"unknown transform {name!r}")
 
 
+def _rules(step: Mapping[str, Any]) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """(index, rule) of the step's rules that are mappings (a rule that failed is left out)."""
+    rules = step.get("rules")
+    for i, rule in enumerate(rules if isinstance(rules, list) else []):
+        if isinstance(rule, Mapping):
+            yield i, rule
+
+
 class SetVariables(Action):
     """Apply `rules` in order: `{set, from | value, transform}`."""
 
@@ -123,6 +132,22 @@ class SetVariables(Action):
                 yield Problem(
                     "PROTECTED_FIELD", f"{rule['set']!r} is engine-owned", ("rules", i, "set")
                 )
+
+    @classmethod
+    def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
+        """Each rule's `from`, unless an earlier rule of the step sets it."""
+        earlier: set[str] = set()
+        for i, rule in _rules(step):
+            source = rule.get("from")
+            if isinstance(source, str) and source not in earlier:
+                yield VariableRead((source,), ("rules", i, "from"))
+            if isinstance(rule.get("set"), str):
+                earlier.add(rule["set"])
+
+    @classmethod
+    def step_writes(cls, step: Mapping[str, Any]) -> Iterator[str]:
+        """Each rule's `set`."""
+        return (rule["set"] for _, rule in _rules(step) if isinstance(rule.get("set"), str))
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Apply the rules in order; later rules see earlier writes."""

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actions import _translate
-from runtime.contract.action import Action, Outcome, Problem, StepContext
+from runtime.contract.action import Action, Outcome, Problem, StepContext, VariableRead
 
 BUILTIN_PROMPT = (
     "Translate the user's message into {language}. Reply with the translation only, nothing "
@@ -38,6 +38,17 @@ class TranslateInIfNeeded(Action):
     def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:
         """The translator the step would use is configured."""
         return _translate.check_translator(step, settings)
+
+    @classmethod
+    def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
+        """`source` (default user_query); translate_chat may be absent (no translation)."""
+        yield VariableRead.named(step, "source", "user_query")
+
+    @classmethod
+    def step_writes(cls, step: Mapping[str, Any]) -> Iterator[str]:
+        """`target` (default user_question_neutral) and translate_chat."""
+        yield VariableRead.named(step, "target", "user_question_neutral").names[0]
+        yield "translate_chat"
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Translate when translate_chat is true and the model language is not neutral."""

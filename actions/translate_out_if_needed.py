@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actions import _translate
-from runtime.contract.action import Action, Outcome, Problem, StepContext
+from runtime.contract.action import Action, Outcome, Problem, StepContext, VariableRead
 
 RULES = (
     "Keep the Markdown structure exactly (headings, lists, tables, blank lines); keep code "
@@ -54,6 +54,18 @@ class TranslateOutIfNeeded(Action):
     def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:
         """The translator the step would use is configured."""
         return _translate.check_translator(step, settings)
+
+    @classmethod
+    def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
+        """`source` (default answer_neutral); the question when no target_language is given."""
+        yield VariableRead.named(step, "source", "answer_neutral")
+        if not isinstance(step.get("target_language"), str):
+            yield VariableRead.named(step, "question_from", "user_query")
+
+    @classmethod
+    def step_writes(cls, step: Mapping[str, Any]) -> Iterator[str]:
+        """`target` (default answer_translated)."""
+        yield VariableRead.named(step, "target", "answer_translated").names[0]
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Translate when translate_chat is true and there is an answer."""

@@ -36,6 +36,8 @@ SCHEMA = ROOT / "schemas" / "pipeline.schema.json"
 def generate(n: int, *, compact: bool = False) -> str:
     """A realistic pipeline: set_variables, routers and loop guards, every step reachable.
 
+    Each router reads the variable the step before it writes (no dataflow warning).
+
     compact writes each step on one line (flow style): 20,000 steps in 1.5 MB, under
     the 2 MiB file limit; the block style takes 110 bytes a step.
     """
@@ -50,8 +52,8 @@ def generate(n: int, *, compact: bool = False) -> str:
                 step = f"action: set_variables, rules: [{{set: v{i}, value: {i}}}], next: {nxt}"
             elif kind == 1:
                 step = (
-                    f"action: json_decision_router, routes: {{go: {nxt}, skip: {nxt}}}, "
-                    f"on_other: {nxt}"
+                    f"action: json_decision_router, source: v{i - 1}, "
+                    f"routes: {{go: {nxt}, skip: {nxt}}}, on_other: {nxt}"
                 )
             else:
                 step = f"action: loop_guard, on_allow: s{max(i - 2, 0)}, on_deny: {nxt}"
@@ -76,6 +78,7 @@ def generate(n: int, *, compact: bool = False) -> str:
         elif kind == 1:
             lines += [
                 "    action: json_decision_router",
+                f"    source: v{i - 1}",  # the set_variables step before writes it
                 "    routes:",
                 f"      go: {nxt}",
                 f"      skip: {nxt}",

@@ -254,6 +254,16 @@ _CODES: list[Code] = [
         "step skips it at run time.",
         "The command types available are listed in docs/actions/add_command_action.md.",
     ),
+    Code(
+        "VARIABLE_NEVER_WRITTEN",
+        "graph",
+        "A step needs a state variable (a field such as `source` names it, or the action "
+        "reads it) that no step writes on any path from the entry step to it and that is no "
+        "declared input or action default: the run would fail there with VARIABLE_MISSING, "
+        "or a router or finalize would find nothing (a warning; an error under --strict).",
+        "Write it in a step before this one, declare it under `inputs`, or fix the name "
+        "(docs/dataflow.md).",
+    ),
     # --- run time ---------------------------------------------------------------
     Code("INPUT_MISSING", "run", "A required pipeline input was not given."),
     Code("INPUT_UNKNOWN", "run", "An input was given that the pipeline does not declare."),

@@ -31,19 +31,34 @@ OVERFLOW_WARNINGS = {
     "tests/e2e/data/pipelines/e2e_smoke.yaml": 2,
     "tests/e2e/data/pipelines/pipeline_pack.yaml": 8,
 }
+# ada and the rejewski family read variables the older engine derived on its own
+# (composed_context_for_prompt, history_for_prompt, sufficiency_search_mode_constraint) and
+# nothing here writes: a run fails there with VARIABLE_MISSING unless they come in as
+# inputs, and the dataflow checks say so before a run (VARIABLE_NEVER_WRITTEN, one per read).
 VALID = {
-    "pipelines/ada.yaml": {"COMMAND_UNSUPPORTED": 1, "SETTING_UNUSED": 6},
+    "pipelines/ada.yaml": {
+        "COMMAND_UNSUPPORTED": 1,
+        "SETTING_UNUSED": 6,
+        "VARIABLE_NEVER_WRITTEN": 8,
+    },
     "pipelines/base/marian_rejewski_code_analysis_base.yaml": {
         "COMMAND_UNSUPPORTED": 1,
         "FIELD_IGNORED": 2,
         "SETTING_UNUSED": 8,
+        "VARIABLE_NEVER_WRITTEN": 5,
     },
     "pipelines/chuck.yaml": {"COMMAND_UNSUPPORTED": 1, "SETTING_UNUSED": 6},
-    "pipelines/rejewski.yaml": {"COMMAND_UNSUPPORTED": 1, "FIELD_IGNORED": 2, "SETTING_UNUSED": 9},
+    "pipelines/rejewski.yaml": {
+        "COMMAND_UNSUPPORTED": 1,
+        "FIELD_IGNORED": 2,
+        "SETTING_UNUSED": 9,
+        "VARIABLE_NEVER_WRITTEN": 5,
+    },
     "pipelines/rejewski_assesment.yaml": {
         "COMMAND_UNSUPPORTED": 1,
         "FIELD_IGNORED": 2,
         "SETTING_UNUSED": 8,
+        "VARIABLE_NEVER_WRITTEN": 5,
     },
     "pipelines/shannon.yaml": {
         "ACTION_NOT_YET_SUPPORTED": 3,

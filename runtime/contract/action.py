@@ -20,7 +20,14 @@ An action is a class registered under a name (entry-point group
 - ``terminal``: the action ends the run (``finalize``).
 - ``runnable``: False while only the schema exists; such a step fails validation
   for execution with ``ACTION_NOT_RUNNABLE``.
-- ``reads`` / ``writes``: the state variables it reads and writes (docs, trace).
+- ``reads`` / ``writes``: the state variables it reads and writes. Validation's
+  dataflow checks (``runtime.format.dataflow``) follow them through the step graph:
+  :meth:`step_reads` yields the variables a step needs set (by default each of
+  ``reads``) as :class:`VariableRead`, with the field that names it, and
+  :meth:`step_writes` the variables it may write (by default ``writes``). An action
+  whose fields name variables (``source``, ``user_parts.*.source``, ``rules[].set``)
+  overrides them; a variable read with a fallback (``ctx.get(name, default)``) that
+  does no harm when unset is no need and is left out of ``step_reads``.
 - ``reads_settings``: settings keys it reads directly (beyond the known settings and
   its ``*_from_settings`` fields), so validation does not warn that nothing reads them.
 - ``defaults``: state variables every run of a pipeline using the action starts
@@ -39,6 +46,7 @@ and is reported as ``ACTION_FAILED``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
@@ -54,6 +62,7 @@ Path = tuple[str | int, ...]
 
 STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 VARIABLE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_VARIABLE = re.compile(VARIABLE_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,29 @@ class PromptEnvelope:
     output_tokens: int
     unbounded: tuple[str, ...] = ()  # parts with no static bound at all (a thread, history)
     tokenizer: str | None = None  # None: the model's own
+
+
+@dataclass(frozen=True)
+class VariableRead:
+    """A state variable a step needs set when it runs: any one of `names` serves.
+
+    `names` holds alternatives tried in order (finalize's default answer sources);
+    `path` is the field naming it, relative to the step (``("user_parts", "q", "source")``),
+    or ``()`` for a variable the action reads of its own accord; `field` is how a
+    message names it (default: the path joined with dots).
+    """
+
+    names: tuple[str, ...]
+    path: Path = ()
+    field: str = ""
+
+    @classmethod
+    def named(cls, step: Mapping[str, Any], key: str, default: str) -> VariableRead:
+        """The variable the step field `key` names, else the action's default for it."""
+        value = step.get(key)
+        if isinstance(value, str):
+            return cls((value,), (key,))
+        return cls((default,), (), f"{default}, as no `{key}` is given")
 
 
 class PipelineView(Protocol):
@@ -298,6 +330,17 @@ class Action:
     ) -> PromptEnvelope | None:
         """The prompt this step sends a model, statically; None when it calls no model."""
         return None
+
+    @classmethod
+    def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
+        """The variables this step needs set when it runs (dataflow); default: each of `reads`."""
+        for name in cls.reads:
+            yield VariableRead((name,))
+
+    @classmethod
+    def step_writes(cls, step: Mapping[str, Any]) -> Iterator[str]:
+        """The variables this step may write (dataflow); default: `writes` (no placeholders)."""
+        return (name for name in cls.writes if _VARIABLE.fullmatch(name))
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Execute one visit of the step."""

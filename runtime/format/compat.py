@@ -4,7 +4,8 @@
 - its snapshot-comparison trio, named with a specific diagnostic until parallel branches
   exist here;
 - its prompt folder rule (`prompts_dir` from the working directory), found as well as the
-  folder beside the pipeline file.
+  folder beside the pipeline file;
+- its request fields, the inputs the dataflow checks assume when a pipeline declares none.
 
 docs/migrating.md describes each for users; nothing here runs a step.
 """
@@ -51,6 +52,18 @@ OLDER_SETTINGS: dict[str, str] = {
     "retrieval_modes": "the older engine's list of search types",
     "test": "the older engine's test-mode flag",
 }
+
+# The older engine's request fields: its pipelines declare no `inputs` and read these, which
+# a run passes as inputs (docs/migrating.md). The dataflow checks take them as the inputs of
+# a pipeline that declares none (runtime/format/dataflow.py).
+REQUEST_INPUTS: tuple[str, ...] = (
+    "user_query",
+    "translate_chat",
+    "allowed_commands",
+    "history",
+    "repository",
+    "snapshot",
+)
 
 # Actions of the older engine that step-runtime does not run yet -> what they did there.
 NOT_YET_SUPPORTED: dict[str, str] = {

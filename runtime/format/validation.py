@@ -486,6 +486,12 @@ def _semantic_pass(
     if ("steps",) not in failed and ("settings",) not in failed:
         for f in checks.run_all(plain_steps, settings, registry, doubtful):
             emit(f.path, f.code, f.message, hint=f.hint, severity=f.severity, key=f.key)
+        if ("inputs",) not in failed:  # `inputs: 5`: which variables come in is unknown
+            from runtime.format.dataflow import check_dataflow
+
+            inputs = _declared_inputs(data.get("inputs"), failed)
+            for f in check_dataflow(plain_steps, settings, inputs, registry, doubtful):
+                emit(f.path, f.code, f.message, hint=f.hint, severity=f.severity)
     if ("settings",) not in failed:
         from runtime.models import check_settings
 
@@ -514,6 +520,15 @@ def _semantic_pass(
             ):
                 emit(f.path, f.code, f.message, hint=f.hint, severity=f.severity)
     return out
+
+
+def _declared_inputs(inputs: Any, failed: set[PathT]) -> dict[str, Any] | None:
+    """The declared inputs by name, those whose spec failed the schema too; None: undeclared."""
+    if not isinstance(inputs, Mapping):
+        return None
+    names = dict(inputs)
+    names.update((p[1], None) for p in failed if len(p) > 1 and p[0] == "inputs")
+    return names
 
 
 def _without(data: Mapping[str, Any], failed: set[PathT]) -> Mapping[str, Any]:

@@ -121,6 +121,7 @@ def test_unknown_and_unavailable_commands_are_warnings_at_validation():
     data = {
         "settings": {"entry_step_id": "cmd"},
         "steps": [step, {"id": "end", "action": "finalize"}],
+        "inputs": {"answer_neutral": "string"},  # what finalize reads comes in
     }
     found = [
         (d.code, d.severity, d.path, d.message)

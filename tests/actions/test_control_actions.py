@@ -325,8 +325,14 @@ def test_finalize_sources_and_missing_answer():
     assert answer.output == {"final_answer": "A"}
     last = run([{"id": "f", "action": "finalize"}], {"last_model_response": "L"})
     assert last.output == {"final_answer": "L"}
-    failed = run([{"id": "f", "action": "finalize"}], {"q": 1})
-    assert failed.error.code == "VARIABLE_MISSING"
+    # No answer: completed with a null answer and a NO_ANSWER warning event ...
+    empty = run([{"id": "f", "action": "finalize"}], {"q": 1})
+    assert (empty.status, empty.output) == ("completed", {"final_answer": None})
+    [event] = [e for e in empty.events if e["type"] == "NO_ANSWER"]
+    assert (event["severity"], event["step_id"]) == ("warning", "f")
+    # ... unless the step requires one: then it fails as before.
+    failed = run([{"id": "f", "action": "finalize", "require_answer": True}], {"q": 1})
+    assert (failed.status, failed.error.code) == ("failed", "VARIABLE_MISSING")
 
 
 def test_load_conversation_history():

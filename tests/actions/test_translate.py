@@ -232,7 +232,13 @@ def diags(steps: list[dict[str, Any]], **settings: Any) -> list[tuple[str, str, 
 def test_validation_checks_the_translator_and_the_prompt_file():
     steps = [
         {**IN, "model": "nope", "next": "tout"},
-        {**OUT, "translate_prompt_key": "utility/missing", "next": "end"},
+        # It translates the question IN wrote (answer_neutral is written by no step here).
+        {
+            **OUT,
+            "source": "user_question_neutral",
+            "translate_prompt_key": "utility/missing",
+            "next": "end",
+        },
         {"id": "end", "action": "finalize"},
     ]
     assert diags(steps, translator_model="absent", models={"x": {"provider": "extractive"}}) == [

@@ -36,6 +36,7 @@ steps:
   - id: start
     action: finalize
     next: nowhere
+inputs: {answer: string}
 """
 WORKFLOW = """\
 name: ci

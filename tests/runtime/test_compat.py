@@ -18,6 +18,8 @@ from runtime.errors import RunError
 from runtime.format.pipeline import Pipeline
 
 END = {"id": "end", "action": "finalize", "source": "x"}
+# The variable END reads comes in (else a VARIABLE_NEVER_WRITTEN warning at END).
+INPUTS = {"x": "any"}
 
 
 def write(path: Path, data: dict[str, Any]) -> str:
@@ -32,7 +34,7 @@ def found(report) -> list[tuple[str, str, str]]:
 
 def asking(key: str, **settings: Any) -> dict[str, Any]:
     step = {"id": "a", "action": "call_model", "prompt_key": key, "next": "end"}
-    return {"settings": {"entry_step_id": "a", **settings}, "steps": [step, END]}
+    return {"settings": {"entry_step_id": "a", **settings}, "inputs": INPUTS, "steps": [step, END]}
 
 
 # --- the prompt folder -------------------------------------------------------------------
@@ -135,6 +137,7 @@ def test_query_parser_jsonish_is_honoured_any_other_is_a_warning(tmp_path):
             },
             END,
         ],
+        "inputs": {**INPUTS, "last_model_response": "string"},  # the query both steps read
     }
     report = runtime.validate(write(tmp_path / "p.yaml", data))
     assert found(report) == [("FIELD_IGNORED", "warning", "$.steps[1].query_parser")]
@@ -174,7 +177,7 @@ def test_a_null_edge_allowlist_follows_every_edge(sample_index, tmp_path):
         ({"edge_allowlist_from_settings": "all"}, {"all": None}),
     ):
         steps = [{"id": "x", "action": "expand_dependency_tree", "next": "end", **fields}, END]
-        data = {"settings": {"entry_step_id": "x", **settings}, "steps": steps}
+        data = {"settings": {"entry_step_id": "x", **settings}, "steps": steps, "inputs": INPUTS}
         assert runtime.validate(write(tmp_path / "p.yaml", data)).diagnostics == []
     assert expand(edge_allowlist=None) == every
     assert expand(edge_allowlist_from_settings="all") == every
@@ -217,6 +220,7 @@ def test_settings_nothing_reads_are_warnings_at_their_key(tmp_path):
             "compat_mode": "locked",
         },
         "steps": [{"id": "r", "action": "reader", "next": "end"}, {**END, "source": "x"}],
+        "inputs": INPUTS,
     }
     report = runtime.validate(write(tmp_path / "p.yaml", data), registry=registry)
     assert [(d.code, d.severity, d.path, d.message) for d in report.diagnostics] == [
@@ -299,7 +303,7 @@ def test_an_index_of_files_is_not_a_pack_but_a_pack_with_a_pipeline_is(tmp_path)
     pack = {
         "YAMLpipelines": [
             {"name": "a", "pipeline_file": "x.yaml"},
-            {"name": "b", "settings": {"entry_step_id": "end"}, "steps": [END]},
+            {"name": "b", "settings": {"entry_step_id": "end"}, "steps": [END], "inputs": INPUTS},
         ]
     }
     codes = [d.code for d in runtime.validate(write(tmp_path / "p.yaml", pack)).diagnostics]

@@ -119,7 +119,10 @@ def test_a_typo_stops_the_run_before_it_starts(tmp_path, registry):
 
 
 def test_runtime_validate_reports_it_with_exit_1(runner, tmp_path):
-    text = STEPS.replace("action: noop", "action: set_variables\n    rules: [{set: x, value: 1}]")
+    # The answer finalize reads is written (else a VARIABLE_NEVER_WRITTEN warning too).
+    text = STEPS.replace(
+        "action: noop", "action: set_variables\n    rules: [{set: answer, value: 1}]"
+    )
     text = text.replace("action: finish", "action: finalize")
     result = runner.invoke(cli, ["validate", _write(tmp_path, text), "--format", "json"])
     assert result.exit_code == 1, result.output

@@ -125,6 +125,8 @@ def schema_validator():
 
 LONG = {
     "name": "long",
+    # What the routers and finalize read comes in (else VARIABLE_NEVER_WRITTEN warnings).
+    "inputs": {"last_model_response": "string", "answer": "string"},
     "settings": {
         "entry_step_id": "g",
         "default_fidelity": "compact",
@@ -296,6 +298,7 @@ def test_unknown_targets_of_the_long_form_are_unknown_steps(tmp_path):
               ALL: {step: revew, fidelity: truncate}
           - id: review
             action: finalize
+        inputs: {last_model_response: string, answer: string}
         """,
     )
     assert found(path) == [
@@ -393,6 +396,7 @@ def test_the_entry_step_is_arrived_at_without_a_transition(tmp_path):
             on_deny: z
           - id: z
             action: finalize
+        inputs: {answer: string}
         """,
     )
     assert found(path) == []

@@ -645,7 +645,11 @@ def test_yaml_traps_and_extends_problems_at_their_positions(registry):
 # --- severity and exit status of `runtime validate` ---------------------------------------------
 
 
-CLEAN = "settings: {entry_step_id: a}\nsteps:\n  - {id: a, action: finalize}\n"
+# The answer comes in as an input: a finalize with nothing to read warns (VARIABLE_NEVER_WRITTEN).
+CLEAN = (
+    "inputs: {answer: string}\nsettings: {entry_step_id: a}\nsteps:\n"
+    "  - {id: a, action: finalize}\n"
+)
 WARNS = CLEAN + "  - {id: b, action: finalize}\n"
 FAILS = CLEAN + "  - {id: b, action: finalize, top_k: 3}\n"
 
@@ -666,7 +670,7 @@ def test_exit_0_when_clean_or_only_warnings(files):
     warns = runner.invoke(cli, ["validate", files["warns"]], catch_exceptions=False)
     assert warns.exit_code == 0
     assert warns.stdout.splitlines()[0] == (
-        f"{files['warns']}:4:10: warning UNREACHABLE_STEP step 'b' is never reached from 'a'"
+        f"{files['warns']}:5:10: warning UNREACHABLE_STEP step 'b' is never reached from 'a'"
     )
     assert warns.stdout.splitlines()[-1] == "0 error(s), 1 warning(s)"
 
@@ -686,8 +690,8 @@ def test_errors_exit_1_with_or_without_strict(files):
     obj = json.loads(result.stdout)
     assert (obj["errors"], obj["warnings"]) == (1, 1)
     assert [(d["line"], d["column"], d["severity"], d["code"]) for d in obj["diagnostics"]] == [
-        (4, 10, "warning", "UNREACHABLE_STEP"),
-        (4, 31, "error", "SCHEMA_UNKNOWN_FIELD"),
+        (5, 10, "warning", "UNREACHABLE_STEP"),
+        (5, 31, "error", "SCHEMA_UNKNOWN_FIELD"),
     ]
     assert runner.invoke(cli, ["validate", "--strict", files["fails"]]).exit_code == 1
     both = runner.invoke(cli, ["validate", files["clean"], files["fails"]])
