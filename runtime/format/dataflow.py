@@ -172,7 +172,7 @@ def _finding(
     declared: bool,
 ) -> Finding:
     names = read.names
-    field = read.field or ".".join(str(p) for p in read.path) or "read by the action"
+    field = read.field or _dotted(read.path) or "read by the action"
     quoted = ", ".join(repr(n) for n in names)
     if len(names) == 1:
         what = f"reads {quoted} ({field}), which no step writes on any path from {entry!r} to it"
@@ -186,12 +186,23 @@ def _finding(
         what += f" (written by {listed}, on no path before this step)"
     available = bits.names(here)
     hint = did_you_mean(names[0], available) if len(names) == 1 else ""
-    advice = "write it in a step before this one, or declare it under `inputs`"
+    if set(names) & set(CATCH_VARIABLES):
+        advice = "the engine sets last_error only on the way through a `catch`"
+    else:
+        advice = "write it in a step before this one, or declare it under `inputs`"
     hint = f"{hint} Or {advice}" if hint else advice[0].upper() + advice[1:]
     path = ("steps", index, *read.path) if read.path else ("steps", index, "action")
     return Finding(
         "VARIABLE_NEVER_WRITTEN", f"step {sid!r} {what}", path, hint=hint, severity="warning"
     )
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    """`user_parts.question.source`, `rules[2].from`."""
+    out = ""
+    for seg in path:
+        out += f"[{seg}]" if isinstance(seg, int) else (f".{seg}" if out else seg)
+    return out
 
 
 def variables_on_arrival(
