@@ -424,20 +424,31 @@ def _fit(
         room -= cost
         kept.append(line)
     total = len(view.history)
-    while True:
-        kept_lines = list(reversed(kept))
-        dropped = total - len(kept_lines)
+    var_unit = ["\n".join(var_lines)] if var_lines else []  # inner lines may start with spaces
+    last: dict[str, int] = {}
+
+    def render() -> tuple[str, int]:
+        dropped = total - len(kept)
         section = [titles[mode]] if total else []
         if dropped:
             section.append(f"- ({dropped} earlier steps not shown)")
-        units = [*head, *section, *kept_lines]
-        if var_lines:
-            units.append("\n".join(var_lines))  # its inner lines may start with spaces
-        text = "\n".join(units)
-        tokens = _joined(units, costs, counter)
-        if tokens <= limit or not kept:
+        units = [*head, *section, *reversed(kept), *var_unit]
+        return "\n".join(units), _joined(units, costs, counter, last)
+
+    text, tokens = render()
+    while tokens > limit and kept:
+        kept.pop()  # the estimates were short: drop the oldest kept and count again
+        text, tokens = render()
+    # The estimates bound from above (a shortened value counts its whole room): while the
+    # exact count leaves room, older entries are added back one at a time.
+    while tokens < limit and len(kept) < total:
+        kept.append(_entry(mode, view.history[total - len(kept) - 1], scrub))
+        more, n = render()
+        if n > limit:
+            kept.pop()
             break
-        kept.pop()  # joints counted differently: drop the oldest kept and count again
+        text, tokens = more, n
+    kept_lines = kept
     if tokens > limit:  # head and variables alone over a tiny budget: cut, visibly
         return _fit_whole(mode, text, limit, counter, len(view.history))
     return Preamble(
@@ -446,14 +457,14 @@ def _fit(
         tokens,
         limit,
         len(kept_lines),
-        dropped,
+        total - len(kept_lines),
         len([v for v in var_lines if v.startswith(("- `", '  "'))]),
         hidden,
         shortened,
     )
 
 
-def _joined(units: list[str], known: dict[str, int], counter: Counter) -> int:
+def _joined(units: list[str], known: dict[str, int], counter: Counter, last: dict[str, int]) -> int:
     """Exact tokens of "\\n".join(units): each unit counted with its newline, summed.
 
     No BPE piece of cl100k_base or o200k_base spans a newline followed by a character that
@@ -463,11 +474,18 @@ def _joined(units: list[str], known: dict[str, int], counter: Counter) -> int:
     """
     if any(u[:1].isspace() or u[:1] in ("", "/") for u in units[1:]):
         return counter.count("\n".join(units))
+    if not units:
+        return 0
     total = 0
-    for unit in units[:-1]:
+    for unit in units[:-1]:  # remembered: a recount after one entry more costs that entry
         n = known.get(unit)
-        total += n if n is not None else counter.count(unit + "\n")
-    return total + counter.count(units[-1]) if units else 0
+        if n is None:
+            n = known[unit] = counter.count(unit + "\n")
+        total += n
+    end = last.get(units[-1])
+    if end is None:
+        end = last[units[-1]] = counter.count(units[-1])
+    return total + end
 
 
 def _low(view: RunView, limit: int, counter: Counter, scrub: Callable[[str], str]) -> Preamble:
@@ -489,7 +507,8 @@ def _low(view: RunView, limit: int, counter: Counter, scrub: Callable[[str], str
         if cost > room:
             keep = len(names) - 1 - i
             break
-    while True:
+
+    def render(keep: int) -> tuple[str, int]:
         shown = names[len(names) - keep :] if keep else []
         if not names:
             middle = ""
@@ -498,10 +517,23 @@ def _low(view: RunView, limit: int, counter: Counter, scrub: Callable[[str], str
         else:
             middle = f" Completed (last {keep} of {len(names)}): {', '.join(shown)}."
         text = scrub(start + middle + end)
-        tokens = counter.count(text)
-        if tokens <= limit or keep == 0:
-            break
+        return text, counter.count(text)
+
+    text, tokens = render(keep)
+    while tokens > limit and keep > 0:
         keep -= 1
+        text, tokens = render(keep)
+    # The estimate keeps 12 tokens spare: while the exact count leaves room, one name more
+    # (all of them first: without "(last k of n)" the whole list may fit where one more not).
+    if 0 < len(names) - keep <= 3:  # more missing names cost more than "(last k of n)"
+        whole, n = render(len(names))
+        if n <= limit:
+            keep, text, tokens = len(names), whole, n
+    while tokens < limit and keep < len(names):
+        more, n = render(keep + 1)
+        if n > limit:
+            break
+        keep, text, tokens = keep + 1, more, n
     if tokens > limit:
         return _fit_whole("summary:low", text, limit, counter, len(names))
     return Preamble("summary:low", text, tokens, limit, keep, len(names) - keep, 0, 0, ())

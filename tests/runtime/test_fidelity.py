@@ -427,3 +427,15 @@ def test_same_inputs_give_the_same_trace(tmp_path):
         events = runtime.SqliteRunStore(str(tmp_path / name)).events("rl")
         traces.append(without_timing(events))
     assert traces[0] == traces[1]
+
+
+@pytest.mark.parametrize("mode", list(fid.BUDGETS))
+def test_a_preamble_exactly_at_its_budget_is_kept_whole_and_one_token_less_is_cut(mode):
+    records = history(12)
+    variables = {"task": "fix the parser", "notes": "word " * 30}
+    whole = fid.build_preamble(mode, view(records, variables), COUNTER, budget=100_000)
+    assert whole.steps_dropped == (12 if mode == "truncate" else 0)  # truncate shows none
+    exact = fid.build_preamble(mode, view(records, variables), COUNTER, budget=whole.tokens)
+    assert exact.text == whole.text and exact.tokens == whole.tokens
+    less = fid.build_preamble(mode, view(records, variables), COUNTER, budget=whole.tokens - 1)
+    assert less.text != whole.text and less.tokens <= whole.tokens - 1
