@@ -140,7 +140,8 @@ class HistoryLog:
 
     KINDS = frozenset({"STEP", "CATCH", "MODEL_CALL"})
 
-    def __init__(self) -> None:
+    def __init__(self, actions: Mapping[str, str] | None = None) -> None:
+        self.actions = actions or {}  # step id -> action name (CATCH events do not say it)
         self.records: list[StepRecord] = []
         self.written: dict[str, int] = {}  # name -> record index of its last write
         self._notes: dict[str, list[str]] = {}
@@ -159,7 +160,8 @@ class HistoryLog:
         notes = self._notes.pop(step_id, [])
         if kind == "CATCH":
             outcome = f"failed {event.get('code')}, caught -> {event.get('next')}"
-            record = StepRecord(len(self.records) + 1, step_id, "?", outcome, 0.0, 1, notes)
+            action = self.actions.get(step_id, "?")
+            record = StepRecord(len(self.records) + 1, step_id, action, outcome, 0.0, 1, notes)
             record.notes.append(excerpt(f"error: {event.get('message', '')}"))
             self.records.append(record)
             self.written["last_error"] = len(self.records) - 1

@@ -305,7 +305,7 @@ class Engine:
         if self._keeps_history:  # ctx.history(): completed steps, from the trace (fidelity)
             from runtime.context.fidelity import HistoryLog
 
-            log = HistoryLog()
+            log = HistoryLog({s.id: s.action for s in self.pipeline.steps})
             if pos.resumed and self.store is not None:  # the steps completed before the resume
                 log.extend(self.store.events(run_id))
             tracer.listeners.append(log.feed)

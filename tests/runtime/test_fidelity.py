@@ -439,3 +439,49 @@ def test_a_preamble_exactly_at_its_budget_is_kept_whole_and_one_token_less_is_cu
     assert exact.text == whole.text and exact.tokens == whole.tokens
     less = fid.build_preamble(mode, view(records, variables), COUNTER, budget=whole.tokens - 1)
     assert less.text != whole.text and less.tokens <= whole.tokens - 1
+
+
+def test_history_log_records_steps_catches_notes_and_writes_in_order():
+    log = fid.HistoryLog({"a": "call_model", "b": "search_nodes"})
+    log.extend(
+        [
+            {"type": "RUN_STARTED", "step_id": None},
+            {"type": "MODEL_CALL", "step_id": "a", "reply": "first   reply\nline"},
+            {
+                "type": "STEP",
+                "step_id": "a",
+                "action": "call_model",
+                "outcome": "next",
+                "next": "b",
+                "attempt": 2,
+                "duration_ms": 12.5,
+                "wrote": {"x": {}, "y": {}},
+            },
+            {
+                "type": "CATCH",
+                "step_id": "b",
+                "code": "SEARCH_FAILED",
+                "message": "boom",
+                "next": "a",
+            },
+            {
+                "type": "STEP",
+                "step_id": "a",
+                "action": "call_model",
+                "outcome": "end",
+                "next": None,
+                "attempt": 1,
+                "duration_ms": 1.0,
+                "wrote": {"x": {}},
+            },
+        ]
+    )
+    got = [r.to_dict() for r in log.records]
+    assert [(r["id"], r["action"], r["outcome"], r["attempts"]) for r in got] == [
+        ("a", "call_model", "next -> b", 2),
+        ("b", "search_nodes", "failed SEARCH_FAILED, caught -> a", 1),
+        ("a", "call_model", "end", 1),
+    ]
+    assert got[0]["notes"] == ["first reply line"] and got[1]["notes"] == ["error: boom"]
+    assert got[2]["notes"] == []  # a note belongs to the visit that made the call
+    assert list(log.written) == ["y", "last_error", "x"]  # oldest write first
