@@ -220,15 +220,13 @@ def worker(kind: str, older: str | None) -> None:
         print(json.dumps(result), flush=True)
 
 
-def budget_once(mode: str) -> float:
-    """One manage_context_budget call in this (new) process, in ms."""
+def _budget_inputs() -> tuple[Any, list[str], list[dict[str, Any]]]:
+    """(the token counter, ~50,000 tokens of context blocks, 100 incoming ~500-token nodes)."""
     sys.path.insert(0, str(HERE))
     from corpus import corpus
 
-    from actions.manage_context_budget import ManageContextBudget
     from runtime.context.blocks import format_block
     from runtime.context.tokens import get_counter
-    from runtime.engine.services import Services
 
     counter = get_counter()  # loading the tokenizer is not the step's cost
     texts = [t for _, _, t in corpus(600, seed=9)]
@@ -262,6 +260,61 @@ def budget_once(mode: str) -> float:
         }
         for i in range(100)
     ]
+    return counter, existing, incoming
+
+
+def older_budget_once(path: str) -> float:
+    """The older engine's manage_context_budget on the same inputs in this (new) process, in ms.
+
+    Its token counter is ours (tiktoken cl100k_base), so both count with the same BPE.
+    """
+    counter, existing, incoming = _budget_inputs()
+    sys.path.insert(0, path)
+    from code_query_engine.pipeline.actions.manage_context_budget import (
+        ManageContextBudgetAction,
+    )
+    from code_query_engine.pipeline.definitions import StepDef
+    from code_query_engine.pipeline.engine import PipelineRuntime
+    from code_query_engine.pipeline.state import PipelineState
+
+    class Count:
+        def count_tokens(self, text: str) -> int:
+            return counter.count(text)
+
+    raw = {
+        "id": "b",
+        "action": "manage_context_budget",
+        "on_ok": "a",
+        "on_over": "b",
+        "compact_code": {"rules": [{"language": "sql", "policy": "threshold", "threshold": 0.8}]},
+    }
+    state = PipelineState(user_query="q", session_id="s", consultant="c")
+    state.context_blocks = list(existing)
+    state.node_texts = [{**item, "node_id": item["id"]} for item in incoming]
+    runtime = PipelineRuntime(
+        pipeline_settings={"max_context_tokens": 200_000},
+        model=None,
+        searcher=None,
+        markdown_translator=None,
+        translator_pl_en=None,
+        history_manager=None,
+        token_counter=Count(),
+    )
+    step = StepDef("b", "manage_context_budget", raw)
+    t0 = time.perf_counter()
+    nxt = ManageContextBudgetAction().execute(step, state, runtime)
+    ms = (time.perf_counter() - t0) * 1000
+    assert nxt == "a" and len(state.context_blocks) == len(existing) + 100, nxt
+    return ms
+
+
+def budget_once(mode: str) -> float:
+    """One manage_context_budget call in this (new) process, in ms."""
+    from actions.manage_context_budget import ManageContextBudget
+    from runtime.context.blocks import format_block
+    from runtime.engine.services import Services
+
+    counter, existing, incoming = _budget_inputs()
     if mode == "pipeline":
         # What the earlier steps of a run did: the budget step that built the context
         # counted it, and fetch_node_texts counted each incoming block for its budget.
@@ -378,12 +431,16 @@ def main() -> None:
     )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--budget-once", help=argparse.SUPPRESS)
+    ap.add_argument("--older-budget-once", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.older_engine)
         return
     if args.budget_once:
         print(json.dumps(budget_once(args.budget_once)))
+        return
+    if args.older_budget_once:
+        print(json.dumps(older_budget_once(args.older_engine or "")))
         return
     only = set(args.only.split(","))
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {load()}")
@@ -460,6 +517,19 @@ def main() -> None:
                 print(
                     f"| manage_context_budget, 100 x ~500 tokens onto 50k, new process, {mode}: "
                     f"{med:.1f} ms median ({min(samples):.1f}-{max(samples):.1f}, {n} processes)",
+                    flush=True,
+                )
+            if args.older_engine:  # its step re-counts the whole context per node: 3 samples
+                cmd = [sys.executable, __file__, "--older-budget-once"]
+                cmd += ["--older-engine", args.older_engine]
+                older_ms = [
+                    float(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+                    for _ in range(3)
+                ]
+                med = statistics.median(older_ms)
+                print(
+                    f"| the older engine's manage_context_budget, same inputs, new process: "
+                    f"{med:.0f} ms median ({min(older_ms):.0f}-{max(older_ms):.0f}, 3 processes)",
                     flush=True,
                 )
         if "validation" in only:
