@@ -497,9 +497,10 @@ def run_all(
     settings: Mapping[str, Any],
     registry: Registry,
     doubtful: frozenset[int] = frozenset(),
+    graph: Graph | None = None,
 ) -> Iterator[Finding]:
-    """Every graph and semantic check (`doubtful`: see `Graph.build`)."""
-    graph = Graph.build(steps, registry, doubtful)
+    """Every graph and semantic check (`doubtful`: see `Graph.build`; `graph`: built once)."""
+    graph = graph or Graph.build(steps, registry, doubtful)
     yield from check_ids(steps)
     yield from check_entry(graph, settings)
     yield from check_targets(graph)

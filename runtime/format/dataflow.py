@@ -101,9 +101,19 @@ def start_variables(graph: Graph, inputs: Any) -> list[str]:
 def arrivals(
     graph: Graph, flows: Mapping[str, StepFlow], entry: str, start: int, bits: _Bits
 ) -> dict[str, int]:
-    """Step id -> the variables some path from the entry can have set on arrival (bits)."""
+    """Step id -> the variables some path from the entry can have set on arrival (bits).
+
+    A worklist to the fixed point: a step is visited again only when a new variable
+    reaches it, so a pipeline without loops visits each step once.
+    """
     catch = bits.of(CATCH_VARIABLES)
-    writes = {sid: _ANY if not flow.judged else bits.of(flow.writes) for sid, flow in flows.items()}
+    known = graph.actions
+    # (target, by catch) of each transition to a step that exists (UNKNOWN_STEP is reported).
+    succ = {
+        sid: [(e.target, e.label.startswith("catch ")) for e, _ in edges if e.target in known]
+        for sid, edges in graph.edges.items()
+    }
+    writes = {sid: bits.of(f.writes) if f.judged else _ANY for sid, f in flows.items()}
     seen: dict[str, int] = {entry: start}
     queue = deque([entry])
     queued = {entry}
@@ -113,18 +123,17 @@ def arrivals(
         here = seen[sid]
         normal = here | writes[sid]
         caught = here | catch
-        for edge, _ in graph.edges.get(sid, ()):
-            target = edge.target
-            if target not in graph.actions:
-                continue  # UNKNOWN_STEP, reported by the graph checks
-            out = caught if edge.label.startswith("catch ") else normal
+        for target, by_catch in succ[sid]:
+            out = caught if by_catch else normal
             before = seen.get(target)
-            merged = out if before is None else before | out
-            if merged != before:
-                seen[target] = merged
-                if target not in queued:
-                    queued.add(target)
-                    queue.append(target)
+            if before is not None:
+                out |= before
+                if out == before:
+                    continue
+            seen[target] = out
+            if target not in queued:
+                queued.add(target)
+                queue.append(target)
     return seen
 
 
@@ -136,7 +145,11 @@ def check_dataflow(
     doubtful: frozenset[int] = frozenset(),
 ) -> Iterator[Finding]:
     """VARIABLE_NEVER_WRITTEN warnings: needed variables no path from the entry writes."""
-    graph = Graph.build(steps, registry, doubtful)
+    return check_graph(Graph.build(steps, registry, doubtful), settings, inputs)
+
+
+def check_graph(graph: Graph, settings: Mapping[str, Any], inputs: Any) -> Iterator[Finding]:
+    """`check_dataflow` over a step graph already built (validation shares one)."""
     entry = settings.get("entry_step_id")
     if not isinstance(entry, str) or entry not in graph.actions:
         return  # ENTRY_STEP_MISSING / ENTRY_STEP_UNKNOWN say why; no path to follow
@@ -146,10 +159,7 @@ def check_dataflow(
     bits = _Bits()
     start = bits.of(start_variables(graph, inputs))
     seen = arrivals(graph, flows, entry, start, bits)
-    writers: dict[str, list[str]] = {}
-    for sid, flow in flows.items():
-        for name in flow.writes:
-            writers.setdefault(name, []).append(sid)
+    writers: dict[str, list[str]] | None = None  # for the messages: made on the first finding
     declared = isinstance(inputs, Mapping)
     for sid in graph.ids:
         here = seen.get(sid)
@@ -158,6 +168,11 @@ def check_dataflow(
         for read in flows[sid].reads:
             if any(here & bits.bit(name) for name in read.names):
                 continue
+            if writers is None:
+                writers = {}
+                for wid, flow in flows.items():
+                    for name in flow.writes:
+                        writers.setdefault(name, []).append(wid)
             yield _finding(sid, graph.pos[sid], read, entry, here, bits, writers, declared)
 
 

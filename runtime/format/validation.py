@@ -484,13 +484,15 @@ def _semantic_pass(
     # The graph checks read `steps` and `settings` whole, the model checks `settings`: none
     # runs when its input failed as a whole (`steps: 1` has no entry step to look for).
     if ("steps",) not in failed and ("settings",) not in failed:
-        for f in checks.run_all(plain_steps, settings, registry, doubtful):
+        # One graph for the graph checks and the dataflow checks: building it is most of the cost.
+        step_graph = checks.Graph.build(plain_steps, registry, doubtful)
+        for f in checks.run_all(plain_steps, settings, registry, doubtful, graph=step_graph):
             emit(f.path, f.code, f.message, hint=f.hint, severity=f.severity, key=f.key)
         if ("inputs",) not in failed:  # `inputs: 5`: which variables come in is unknown
-            from runtime.format.dataflow import check_dataflow
+            from runtime.format.dataflow import check_graph
 
             inputs = _declared_inputs(data.get("inputs"), failed)
-            for f in check_dataflow(plain_steps, settings, inputs, registry, doubtful):
+            for f in check_graph(step_graph, settings, inputs):
                 emit(f.path, f.code, f.message, hint=f.hint, severity=f.severity)
     if ("settings",) not in failed:
         from runtime.models import check_settings
