@@ -213,7 +213,7 @@ class SearchPasses:
         1. adjacent words joined, as the identifier they may spell ("place order" -> PlaceOrder);
         2. nodes of a kind the question names ("which stored procedure ..."), with every
            informative word, then with any;
-        3. nodes with every informative word; 4. nodes with any word.
+        3. nodes with every informative word; 4. with all but one; 5. with any word.
         Every pass ranks with BM25 inside FTS5 under the same scope and filters. Child
         nodes (a table's indexes) come back as their parent; see _rank for the per-file cap.
 
