@@ -4,7 +4,11 @@ One line per call::
 
     {"step_id": "...", "response": "...", "request": {messages and parameters},
      "model": "...", "tokens_in": N, "tokens_out": N, "finish_reason": "...",
-     "tool_calls": [{"id": "...", "name": "...", "arguments": "<JSON text>"}]}
+     "tool_calls": [{"id": "...", "name": "...", "arguments": "<JSON text>"}],
+     "context_window": N, "tokenizer": "..."}
+
+`context_window` and `tokenizer` are the recording model's: a replay budgets its prompts
+against them (the first line's), so a replayed run decides exactly as the live one did.
 
 A step that calls tools records one line per round, in order: the rounds that asked
 for tools, then the answer; replay plays them back in the same order.
@@ -34,6 +38,28 @@ from runtime.models.base import (
     ModelResponse,
     ToolCall,
 )
+
+
+def recorded_profile(path: str | Path) -> dict[str, Any]:
+    """The recording model's window and tokenizer from a cassette's first line ({} if absent)."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline()
+    except OSError:
+        return {}  # a missing cassette is CASSETTE_INVALID when the provider opens it
+    try:
+        entry = json.loads(first.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError is one
+        return {}  # reported with its line number when the provider reads the file
+    if not isinstance(entry, dict):
+        return {}
+    out: dict[str, Any] = {}
+    window = entry.get("context_window")
+    if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+        out["context_window"] = window
+    if isinstance(entry.get("tokenizer"), str) and entry["tokenizer"]:
+        out["tokenizer"] = entry["tokenizer"]
+    return out
 
 
 def _invalid(path: str, number: int, message: str) -> ModelError:
@@ -166,6 +192,8 @@ class RecordingProvider:
             "tokens_in": response.tokens_in,
             "tokens_out": response.tokens_out,
             "finish_reason": response.finish_reason,
+            "context_window": self.config.context_window,
+            "tokenizer": self.config.tokenizer,
         }
         if response.tool_calls:
             entry["tool_calls"] = [c.to_dict() for c in response.tool_calls]

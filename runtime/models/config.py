@@ -234,13 +234,13 @@ def config_from_spec(
         path = Path(rest)
         if not path.is_absolute() and spec_dir:
             path = Path(spec_dir) / path
-        return ModelConfig(
-            spec,
-            "replay",
-            model="replay",
-            cassette=str(path),
-            context_window=REPLAY_CONTEXT_WINDOW,
-        )
+        from runtime.models.cassette import recorded_profile
+
+        # The recording model's window and tokenizer, so the replay budgets as the live run
+        # did; cassettes recorded before these were kept get the replay window.
+        profile: dict[str, Any] = {"context_window": REPLAY_CONTEXT_WINDOW}
+        profile.update(recorded_profile(path))
+        return ModelConfig(spec, "replay", model="replay", cassette=str(path), **profile)
     if colon and kind == "openai":
         model, at, url = rest.partition("@")
         if not model.strip() or (at and not url):

@@ -144,3 +144,30 @@ def test_a_settings_cassette_resolves_against_the_pipeline_folder(tmp_path):
     settings = {"models": {"tape": {"provider": "replay", "cassette": "tapes/a.jsonl"}}}
     replay = resolve_provider("tape", settings=settings, base_dir=str(tmp_path))
     assert ask(replay, "s", "q").text == "taped"
+
+
+def test_a_replay_budgets_with_the_recording_models_window_and_tokenizer(tmp_path):
+    from runtime.models import config_from_spec
+    from runtime.models.base import REPLAY_CONTEXT_WINDOW
+    from runtime.models.cassette import RecordingProvider
+
+    live = config_from_spec("extractive", {})
+    cassette = tmp_path / "c.jsonl"
+    recorder = RecordingProvider(resolve_provider("extractive", settings={}), str(cassette))
+    recorder.complete(ModelRequest(messages=[{"role": "user", "content": "q"}], step_id="s"))
+    entry = json.loads(cassette.read_text().splitlines()[0])
+    assert (entry["context_window"], entry["tokenizer"]) == (live.context_window, live.tokenizer)
+    replay = config_from_spec(f"replay:{cassette}", {})
+    assert replay.context_window == live.context_window != REPLAY_CONTEXT_WINDOW
+    assert replay.tokenizer == live.tokenizer
+    old = tmp_path / "old.jsonl"  # recorded before the profile was kept
+    old.write_text('{"step_id": "s", "response": "x"}\n')
+    assert config_from_spec(f"replay:{old}", {}).context_window == REPLAY_CONTEXT_WINDOW
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text(
+        '{"step_id": "s", "response": "x", "context_window": 1000, "tokenizer": "o200k_base"}\n'
+    )
+    assert (
+        config_from_spec(f"replay:{odd}", {}).context_window,
+        config_from_spec(f"replay:{odd}", {}).tokenizer,
+    ) == (1000, "o200k_base")
