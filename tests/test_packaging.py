@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,6 +20,13 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy: a build writes build/ and *.egg-info into its source, which the
+    # editable install reads entry points from while other test workers run.
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    for name in ("runtime", "actions", "classifiers", "pipelines", "schemas"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
         [
             sys.executable,
@@ -30,7 +38,7 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
             "-q",
             "-w",
             str(out),
-            str(ROOT),
+            str(src),
         ],
         check=True,
         capture_output=True,
