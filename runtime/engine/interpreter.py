@@ -444,8 +444,8 @@ class Engine:
                         wrote[name] = None
             read = ctx.read
             last_read = plan.last_read
-            # The STEP event (Tracer.step's, built here: one clock read gives both the
-            # timestamp and the duration).
+            # The STEP event, built here rather than by a Tracer method (a call per step):
+            # one clock read gives both the timestamp and the duration.
             now = clock()
             tracer.seq += 1
             event = {
