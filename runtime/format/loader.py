@@ -470,7 +470,12 @@ def _read_yaml(path: str, text: str | None) -> YamlFile:
         mark = exc.problem_mark or exc.context_mark
         loc = Location(path, mark.line + 1, mark.column + 1) if mark else start
         message = " ".join(str(p) for p in (exc.context, exc.problem) if p) or "invalid YAML"
-        yf.diagnostics.append(_diag("YAML_SYNTAX", message, loc))
+        code = "YAML_SYNTAX"
+        if "maximum nesting depth" in str(exc.problem):
+            # libyaml >= 0.2.5 stops runaway flow nesting in its scanner, which reads ahead
+            # of the events our own depth check sees: the same finding, the same code.
+            code, message = "YAML_TOO_DEEP", f"nesting deeper than {MAX_DEPTH} levels"
+        yf.diagnostics.append(_diag(code, message, loc))
         yf.documents.clear()
     except yaml.YAMLError as exc:
         yf.diagnostics.append(_diag("YAML_SYNTAX", str(exc).splitlines()[0], start))
