@@ -94,8 +94,13 @@ def stage(
     render: Any,
     note: str,
     escape: Any,
+    thread: str | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
-    """Apply the step's context policy; the messages to send and their exact token count."""
+    """Apply the step's context policy; the messages to send and their exact token count.
+
+    `thread`: the thread a `full` step resolved (fid.resolve_thread), None for a fresh
+    conversation, whose turns are conversation_history's.
+    """
     cfg = pol.policy_config(ctx.settings, ctx.step)
     config = provider.config
     profile = pol.model_profile(config.name, config.context_window, reserve, cfg)
@@ -103,7 +108,7 @@ def stage(
     prompt = prompt_of(ctx, messages, user_pieces(ctx, render, note, escape) if cfg.enabled else [])
     store = store_of(ctx) if cfg.enabled else None
     if store is not None and cfg.trace_threshold_tokens and not cfg.dry_run:
-        _compact(ctx, prompt, cfg, counter, store, overhead)
+        _compact(ctx, prompt, cfg, counter, store, overhead, thread or "conversation_history")
     decision = pol.enforce(
         prompt,
         profile,
@@ -149,6 +154,7 @@ def _compact(
     counter: Any,
     store: Any,
     overhead: int,
+    thread_id: str,
 ) -> None:
     """Compact the thread (the turns between the system prompt and the user message)."""
     start = 1 if prompt and prompt[0].role == "system" else 0
@@ -171,7 +177,7 @@ def _compact(
     new = [e for e in result.entries if e["pointer_id"] not in known]
     ctx.trace(
         "THREAD_COMPACTED",
-        thread=str(ctx.step.get("thread_id") or "conversation_history"),
+        thread=thread_id,
         threshold=cfg.trace_threshold_tokens,
         tokens_before=result.tokens_before,
         tokens_after=result.tokens_after,

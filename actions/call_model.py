@@ -143,7 +143,11 @@ class CallModel(Action):
     def prompt_envelope(
         cls, step: Mapping[str, Any], settings: Mapping[str, Any], pipeline: PipelineView
     ) -> PromptEnvelope | None:
-        """System prompt and template text fixed; each user part a slot; history unbounded."""
+        """System prompt and template text fixed; each user part a slot; history unbounded.
+
+        The fidelity preamble or thread depends on how the step is arrived at: the budget
+        checks add it (runtime/format/budget.py), as `fidelity=True` asks.
+        """
         key = step.get("prompt_key")
         path = pipeline.prompt_path(key) if isinstance(key, str) else None
         fixed: list[str] = []
@@ -169,8 +173,6 @@ class CallModel(Action):
         fixed.append("\n\n" * max(0, len(slots) - 1))
         if step.get("use_history"):
             unbounded.append("conversation_history")
-        if step.get("fidelity", settings.get("default_fidelity")) == "full":
-            unbounded.append("thread (fidelity full)")
         model = step.get("model")
         return PromptEnvelope(
             model=model if isinstance(model, str) else None,
@@ -179,6 +181,7 @@ class CallModel(Action):
             slots=tuple(slots),
             output_tokens=int(step.get("max_output_tokens", DEFAULT_MAX_OUTPUT)),
             unbounded=tuple(unbounded),
+            fidelity=True,  # the preamble or thread: runtime/format/budget.py, by arrival
         )
 
     @staticmethod
@@ -280,12 +283,17 @@ class CallModel(Action):
 
     @staticmethod
     def budget_stage(
-        ctx: StepContext, provider: Any, messages: list[dict[str, str]], reserve: int
+        ctx: StepContext,
+        provider: Any,
+        messages: list[dict[str, str]],
+        reserve: int,
+        thread: str | None = None,
     ) -> tuple[list[dict[str, str]], int]:
         """The context policy (actions/_budget.py): messages to send, their exact tokens.
 
         Without a context_policy it is the window check (CONTEXT_OVERFLOW); with one,
         oversized summarisable payloads become pointers until the prompt fits its budget.
+        `thread`: the thread a `full` step joined (its compaction is traced under that id).
         """
         from actions import _budget
 
@@ -298,6 +306,7 @@ class CallModel(Action):
             render=CallModel.render,
             note=EVIDENCE_NOTE,
             escape=lambda block: _CLOSE.sub("<\\/evidence", _one_block(block)),
+            thread=thread,
         )
 
     def assemble(
@@ -311,10 +320,6 @@ class CallModel(Action):
         from runtime.context import fidelity as fid
 
         own = self.messages(ctx)
-        if not declares_fidelity(ctx.pipeline):
-            # A pipeline that names no fidelity or thread anywhere keeps its prompts exactly as
-            # they were before context fidelity existed (its budgets were set at those sizes).
-            return own, own, {}
         mode, source = fid.resolve_mode(ctx.arrival, ctx.step, ctx.settings)
         info: dict[str, Any] = {"fidelity": mode, "fidelity_from": source}
         if mode == "full":
@@ -380,7 +385,10 @@ class CallModel(Action):
         provider = ctx.services.model(ctx.step.get("model"))
         messages, own, fidelity = self.assemble(ctx, provider)
         reserve = int(ctx.step.get("max_output_tokens", DEFAULT_MAX_OUTPUT))
-        messages, prompt_tokens = self.budget_stage(ctx, provider, messages, reserve)
+        # A `full` step sends its thread (a degraded one sends none: its turns, if any, are
+        # conversation_history's).
+        thread = fidelity.get("thread_id") if fidelity.get("fidelity") == "full" else None
+        messages, prompt_tokens = self.budget_stage(ctx, provider, messages, reserve, thread)
         json_mode = bool(ctx.step.get("json"))
         # JSON is not streamed to the terminal: it is for the next step, not for a reader.
         on_chunk = None if json_mode else getattr(ctx.services, "on_model_chunk", None)
@@ -417,32 +425,6 @@ class CallModel(Action):
         if "thread_id" in fidelity:  # staged like the write: a failed attempt appends nothing
             ctx.append_thread(fidelity["thread_id"], [*own, {"role": "assistant", "content": text}])
         return None
-
-
-_FIDELITY_KEYS = frozenset({"fidelity", "thread_id", "default_fidelity", "default_thread"})
-
-
-def declares_fidelity(pipeline: Any) -> bool:
-    """Does the pipeline name a fidelity or thread anywhere (settings, steps, transitions)?"""
-    # A walk of the step configs (microseconds) beside a model call: not worth a cache.
-    return any(
-        _names_fidelity(v)
-        for v in (
-            {k: pipeline.settings.get(k) for k in ("default_fidelity", "default_thread")},
-            *(s.config for s in pipeline.steps),
-        )
-    )
-
-
-def _names_fidelity(value: Any) -> bool:
-    """A fidelity key with a value somewhere in a step's config (long-form transitions too)."""
-    if isinstance(value, Mapping):
-        return any(
-            (k in _FIDELITY_KEYS and v is not None) or _names_fidelity(v) for k, v in value.items()
-        )
-    if isinstance(value, list):
-        return any(_names_fidelity(v) for v in value)
-    return False
 
 
 def _one_block(block: str) -> str:

@@ -48,7 +48,7 @@ def index(tmp_path_factory):
     return str(path)
 
 
-def run(runner, index, tmp_path, *extra):
+def run(runner, index, tmp_path, *extra, store: str = "r.db"):
     result = runner.invoke(
         cli,
         [
@@ -57,7 +57,7 @@ def run(runner, index, tmp_path, *extra):
             "--index",
             index,
             "--store",
-            str(tmp_path / "r.db"),
+            str(tmp_path / store),
             "--input",
             f"question={QUESTION}",
             "--json",
@@ -90,17 +90,19 @@ def test_record_then_replay_gives_the_same_run(runner, index, tmp_path):
         "check",
         "answer",
     ]
-    second = run(runner, index, tmp_path, "--model", f"replay:{cassette}", "--run-id", "b")
+    # The replay keeps the run id (in a store of its own): each model step's preamble names
+    # the run (docs/fidelity.md), so the replayed prompts equal the recorded ones byte for byte.
+    second = run(
+        runner, index, tmp_path, "--model", f"replay:{cassette}", "--run-id", "a", store="b.db"
+    )
     assert second["steps"] == first["steps"] and second["state"] == first["state"]
-    store = str(tmp_path / "r.db")
     traces = []
-    for rid in ("a", "b"):
+    for store in ("r.db", "b.db"):
         lines = runner.invoke(
-            cli, ["trace", rid, "--store", store, "--format", "jsonl"]
+            cli, ["trace", "a", "--store", str(tmp_path / store), "--format", "jsonl"]
         ).stdout.splitlines()
         events = without_timing(json.loads(x) for x in lines)
-        # The provider name is the only difference allowed between a live call and its replay
-        # (besides the run ids, "a" and "b").
+        # The provider name is the only difference allowed between a live call and its replay.
         traces.append(
             [
                 {
@@ -111,6 +113,9 @@ def test_record_then_replay_gives_the_same_run(runner, index, tmp_path):
                 for e in events
             ]
         )
+    recorded = [json.loads(x)["request"]["messages"] for x in cassette.read_text().splitlines()]
+    sent = [e["messages"] for e in traces[1] if e["type"] == "MODEL_CALL"]
+    assert sent == recorded and sent[0][0]["content"].startswith("## Run context\n")
     assert traces[0][1:] == traces[1][1:]
 
 

@@ -131,8 +131,12 @@ def test_small_talk_is_answered_directly_without_retrieval(runner, tmp_path, cha
     assert len(chat_server.requests) == 2
     direct = chat_server.requests[1]["body"]["messages"]
     system = (ROOT / "pipelines" / "prompts" / "code_qa" / "direct.md").read_text().strip()
-    assert direct == [
-        {"role": "system", "content": system},
+    # A fresh conversation in the default fidelity (compact): the run's preamble, a blank
+    # line, then the prompt file (docs/fidelity.md; its content is tested in test_fidelity.py).
+    preamble, _, prompt = direct[0]["content"].rpartition("\n\n")
+    assert prompt == system and preamble.startswith("## Run context\n- pipeline: code_qa\n")
+    assert "\n- current step: answer_direct (step 4; " in preamble
+    assert direct[1:] == [
         *history,
         {"role": "user", "content": "Thanks, who are you?"},
     ]

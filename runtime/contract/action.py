@@ -154,6 +154,9 @@ class PromptEnvelope:
     output_tokens: int
     unbounded: tuple[str, ...] = ()  # parts with no static bound at all (a thread, history)
     tokenizer: str | None = None  # None: the model's own
+    # The call starts with a context-fidelity preamble or joins a `full` thread, by the mode
+    # the step resolves (docs/fidelity.md): the budget checks add what that mode can send.
+    fidelity: bool = False
 
 
 @dataclass(frozen=True)

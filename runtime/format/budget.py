@@ -55,6 +55,9 @@ class Part:
     variable: str
     tokens: int | None  # None: unbounded
     why: str
+    # Where what makes it unbounded is written, when elsewhere than the step (a transition
+    # into it that sets `fidelity: full`): the warning points there.
+    at: tuple[str | int, ...] = ()
 
 
 @dataclass
@@ -191,6 +194,7 @@ def envelopes(
     from runtime.models import config_from_spec
 
     bounds: dict[str, Bound] | None = None
+    into: dict[str, list[Arrival]] | None = None
     out: list[StepBudget] = []
     for i, step in enumerate(steps):
         name = step.get("action")
@@ -207,10 +211,119 @@ def envelopes(
             continue  # reported by the model checks
         if bounds is None:
             bounds = variable_bounds(steps, settings, registry, inputs)
+        added: list[Part] = []
+        if envelope.fidelity:
+            if into is None:
+                into = arrivals_into(steps, registry)
+            entry = settings.get("entry_step_id") or steps[0].get("id")
+            arrived = into.get(str(step.get("id")), [])
+            added = fidelity_parts(step, settings, arrived, entry == step.get("id"))
         out.append(
-            _measure(step, i, envelope, config, bounds, settings, exact=exact, model=str(spec))
+            _measure(
+                step,
+                i,
+                envelope,
+                config,
+                bounds,
+                settings,
+                exact=exact,
+                model=str(spec),
+                fidelity=added,
+            )
         )
     return out
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A transition into a step: the step it leaves, its label, attributes and where."""
+
+    source: str
+    label: str
+    attrs: Mapping[str, str]
+    path: tuple[str | int, ...]  # from the pipeline root to the long form itself
+
+
+def arrivals_into(
+    steps: Sequence[Mapping[str, Any]], registry: Registry
+) -> dict[str, list[Arrival]]:
+    """Every step's incoming transitions (short and long form), by target step id."""
+    from runtime.format.transitions import outgoing
+
+    into: dict[str, list[Arrival]] = {}
+    for i, step in enumerate(steps):
+        name = step.get("action")
+        cls = registry.get(name) if isinstance(name, str) else None
+        for edge in outgoing(step, cls):
+            where = ("steps", i, *(edge.path[:-1] if edge.long else edge.path))
+            into.setdefault(edge.target, []).append(
+                Arrival(str(step.get("id", "?")), edge.label, edge.attrs, where)
+            )
+    return into
+
+
+def fidelity_parts(
+    step: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    arrived: Sequence[Arrival],
+    entry: bool,
+) -> list[Part]:
+    """What the step's fidelity adds to its prompt, over every way of arriving at it.
+
+    A fresh mode adds its preamble, at most the mode's budget (docs/fidelity.md) and the
+    blank line joining it to the system prompt; `full` adds a thread, which no static
+    bound limits. A transition that sets `fidelity` decides for arrivals by it; the step's
+    own mode (its `fidelity`, settings.default_fidelity, compact) for the entry, for
+    transitions that set none and for a step nothing names.
+    """
+    from runtime.context import fidelity as fid
+
+    own, source = fid.resolve_mode({}, step, settings)
+    ways: list[tuple[str, Arrival | None]] = [
+        (a.attrs["fidelity"], a) for a in arrived if "fidelity" in a.attrs
+    ]
+    if entry or not arrived or any("fidelity" not in a.attrs for a in arrived):
+        ways.append((own, None))
+    parts: list[Part] = []
+    fresh = [(m, a) for m, a in ways if m in fid.BUDGETS]
+    if fresh:
+        mode, by = max(fresh, key=lambda w: fid.BUDGETS[w[0]])
+        how = f"from step {by.source!r} by {by.label}" if by else f"the {_FROM[source]}"
+        parts.append(
+            Part(
+                f"fidelity preamble ({mode})",
+                "",
+                fid.BUDGETS[mode] + PREAMBLE_JOINT,
+                f"the {mode} preamble's budget ({how})",
+            )
+        )
+    for mode, by in ways:
+        if mode != "full":
+            continue
+        if by is None:
+            why = f"the {_FROM[source]} is full: the step sends its thread's whole history"
+            parts.append(Part("thread (fidelity full)", "", None, why))
+        else:
+            why = (
+                f"arrived at from step {by.source!r} by {by.label} with fidelity full, the step "
+                "sends its thread's whole history"
+            )
+            parts.append(Part("thread (fidelity full)", "", None, why, (*by.path, "fidelity")))
+    return parts
+
+
+# Tokens the blank line between a preamble and the system prompt (fid.with_preamble) adds to
+# the two counted apart: "\n\n" is one token in cl100k_base and o200k_base, and the
+# pre-tokeniser may regroup the characters either side (o200k_base joins "```\n\n/" into one
+# piece) for one more; a seeded search of random joins finds no more than 2
+# (tests/runtime/test_budget_fidelity.py).
+PREAMBLE_JOINT = 2
+_FROM = {
+    "step": "step's fidelity",
+    "settings.default_fidelity": "pipeline's default_fidelity",
+    "default": "default fidelity",
+    "transition": "transition's fidelity",
+}
 
 
 def _measure(
@@ -223,6 +336,7 @@ def _measure(
     *,
     exact: bool,
     model: str,
+    fidelity: Sequence[Part] = (),
 ) -> StepBudget:
     tokenizer = envelope.tokenizer or config.tokenizer
     texts = [*envelope.fixed, *(s.wrapper for s in envelope.slots)]
@@ -233,12 +347,15 @@ def _measure(
         + envelope.overhead_tokens
         + envelope.output_tokens
         + sum(b.tokens or 0 for b in slot_bounds if b is not None)
+        + sum(p.tokens or 0 for p in fidelity)
     )
     # The byte bound decides when the fixed text cannot fill the window and either a part
     # is unbounded (a warning needs no count) or every part fits; only an undecided step
     # pays for the tokenizer.
-    all_bounded = not envelope.unbounded and all(
-        b is not None and b.tokens is not None for b in slot_bounds
+    all_bounded = (
+        not envelope.unbounded
+        and all(b is not None and b.tokens is not None for b in slot_bounds)
+        and all(p.tokens is not None for p in fidelity)
     )
     cheap_min = size + envelope.overhead_tokens + envelope.output_tokens
     window = config.context_window
@@ -261,6 +378,7 @@ def _measure(
             extra = count(slot.wrapper) if slot.wrapper else 0
             parts.append(Part(slot.label, slot.variable, bound.tokens + extra, bound.why))
     parts += [Part(label, "", None, "no static bound") for label in envelope.unbounded]
+    parts += fidelity
     return StepBudget(
         step_id=str(step.get("id", "?")),
         index=index,
@@ -316,7 +434,21 @@ def check_budgets(
             )
         elif status in ("unbounded", "may_overflow") and not b.guard:
             if status == "unbounded":
-                names = ", ".join(f"{p.label} ({p.why})" for p in b.unbounded)
+                # A transition's `fidelity: full` is warned at the transition's line.
+                for p in b.unbounded:
+                    if p.at:
+                        yield Finding(
+                            "BUDGET_MAY_OVERFLOW",
+                            f"{where}: {p.why}, which no static bound limits",
+                            p.at,
+                            hint=f"Set a context_policy on step {b.step_id!r} or catch "
+                            "CONTEXT_OVERFLOW there (`runtime budget PIPELINE`).",
+                            severity="warning",
+                        )
+                here = [p for p in b.unbounded if not p.at]
+                if not here:
+                    continue
+                names = ", ".join(f"{p.label} ({p.why})" for p in here)
                 message = f"{where}: the prompt has unbounded parts: {names}"
             else:
                 largest = sorted(b.parts, key=lambda p: -(p.tokens or 0))[:3]

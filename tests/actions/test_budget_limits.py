@@ -17,6 +17,7 @@ import pytest
 
 import classifiers
 import runtime
+from runtime.context import fidelity as fid
 from runtime.context.blocks import format_block
 from runtime.context.tokens import get_counter
 
@@ -612,6 +613,18 @@ def call(
     return runtime.Runner(pipeline, services=services).run({"q": "x", **inputs}, run_id="t")
 
 
+def system_prompt(tokenizer: str = "cl100k_base") -> str:
+    """The system message call() sends: step m's compact preamble, a blank line, then SYSTEM.
+
+    Every fresh model call starts with its fidelity preamble (compact by default,
+    docs/fidelity.md); m is the entry step of p.yaml's 2 steps, in run t, so its preamble is
+    the run's head lines alone (no completed steps, no variables).
+    """
+    view = fid.RunView("p", "", "t", "m", 2, history=(), variables={}, written=())
+    preamble = fid.build_preamble("compact", view, get_counter(tokenizer))
+    return f"{preamble.text}\n\n{SYSTEM}"
+
+
 def prompt_tokens(*contents: str, tokenizer: str = "cl100k_base") -> int:
     """Every message's content plus 4 tokens of chat framing (role markers) per message."""
     counter = get_counter(tokenizer)
@@ -621,13 +634,16 @@ def prompt_tokens(*contents: str, tokenizer: str = "cl100k_base") -> int:
 @pytest.mark.parametrize("delta,fits", [(-1, False), (0, True), (1, True)])
 @pytest.mark.parametrize("reserve", [None, 40])
 def test_prompt_plus_reserved_output_at_the_window(prompts, delta, fits, reserve):
-    need = prompt_tokens(SYSTEM, QUESTION) + (512 if reserve is None else reserve)
+    need = prompt_tokens(system_prompt(), QUESTION) + (512 if reserve is None else reserve)
     step = {} if reserve is None else {"max_output_tokens": reserve}
     r = call(prompts, need + delta, {"question": QUESTION}, **step)
     if fits:
         assert r.status == "completed"
         [ev] = events(r, "MODEL_CALL")
-        assert ev["prompt_tokens"] == prompt_tokens(SYSTEM, QUESTION)
+        assert ev["prompt_tokens"] == prompt_tokens(system_prompt(), QUESTION)
+        # The window the fixture sizes holds the preamble the trace reports.
+        preamble = system_prompt()[: -len(SYSTEM) - 2]
+        assert (ev["fidelity"], ev["preamble_tokens"]) == ("compact", COUNTER.count(preamble))
     else:
         assert (r.error.code, r.error.step_id) == ("CONTEXT_OVERFLOW", "m")
         assert events(r, "MODEL_CALL") == []
@@ -639,7 +655,7 @@ def test_history_counts_in_the_window(prompts, delta, fits):
         {"role": "user", "content": "What is an order?"},
         {"role": "assistant", "content": "A row of dbo.Orders."},
     ]
-    need = prompt_tokens(SYSTEM, *(t["content"] for t in history), QUESTION) + 40
+    need = prompt_tokens(system_prompt(), *(t["content"] for t in history), QUESTION) + 40
     r = call(
         prompts,
         need + delta,
@@ -653,10 +669,9 @@ def test_history_counts_in_the_window(prompts, delta, fits):
 @pytest.mark.parametrize("tokenizer", ["cl100k_base", "o200k_base"])
 def test_window_is_measured_with_the_models_tokenizer(prompts, tokenizer):
     text = "Überprüfe die Größenordnung: 東京都の注文テーブル " * 3
-    ours = prompt_tokens(SYSTEM, text, tokenizer=tokenizer)
-    theirs = prompt_tokens(
-        SYSTEM, text, tokenizer={"cl100k_base": "o200k_base"}.get(tokenizer, "cl100k_base")
-    )
+    ours = prompt_tokens(system_prompt(tokenizer), text, tokenizer=tokenizer)
+    other = {"cl100k_base": "o200k_base"}.get(tokenizer, "cl100k_base")
+    theirs = prompt_tokens(system_prompt(other), text, tokenizer=other)
     assert ours != theirs  # the text tells the two encodings apart
     assert call(prompts, ours + 10, {"question": text}, tokenizer, max_output_tokens=10).status == (
         "completed"

@@ -59,6 +59,12 @@ steps:
 """
 
 SYSTEM = "You answer from evidence.\nLine two: <b>&amp;</b>"
+# What ask's model call sends as its system message (run q1): the default fidelity, compact,
+# starts a fresh conversation with the run's preamble (docs/fidelity.md), then the prompt file.
+SENT_SYSTEM = (
+    "## Run context\n- pipeline: ask\n- goal: (none given)\n- run: q1\n"
+    "- current step: ask (step 1; the pipeline has 2 steps)\n\n" + SYSTEM
+)
 
 
 @pytest.fixture
@@ -348,7 +354,7 @@ def test_trace_messages_prints_the_exact_prompt(runner, files, asked):
         f"=== ask: model call 1 of 1 (event {call['seq']}, model extractive, "
         f"prompt tokens {call['prompt_tokens']}) ===\n"
         "--- message 1: system ---\n"
-        f"{SYSTEM}\n"
+        f"{SENT_SYSTEM}\n"
         "--- message 2: user ---\n"
         f"Question: {QUESTION}\n"
     )
@@ -360,7 +366,7 @@ def test_trace_messages_prints_the_exact_prompt(runner, files, asked):
             "step_id": "ask",
             "model": "extractive",
             "messages": [
-                {"role": "system", "content": SYSTEM},
+                {"role": "system", "content": SENT_SYSTEM},
                 {"role": "user", "content": f"Question: {QUESTION}"},
             ],
         }
@@ -374,7 +380,7 @@ def test_trace_step_and_full(runner, files, asked):
     ]
     whole = json.dumps(
         [
-            {"role": "system", "content": SYSTEM},
+            {"role": "system", "content": SENT_SYSTEM},
             {"role": "user", "content": f"Question: {QUESTION}"},
         ]
     )

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from actions.call_model import EVIDENCE_NOTE, MESSAGE_OVERHEAD
+from runtime.context import fidelity as fid
 from runtime.context.tokens import get_counter
 from runtime.contract.registry import default_registry
 from runtime.engine.state import apply_inputs
 from runtime.errors import InputError
-from runtime.format.budget import BYTES_PER_CHAR, envelopes
+from runtime.format.budget import BYTES_PER_CHAR, PREAMBLE_JOINT, envelopes
 from runtime.format.pipeline import Pipeline
 from runtime.format.validation import validate_paths
 
@@ -66,6 +67,9 @@ ASK = """\
 """
 # Two messages (system, user), the system prompt, the template's text, the reserved output.
 MINIMUM = 2 * MESSAGE_OVERHEAD + COUNT(PROMPT) + COUNT("Question: ") + 100
+# Every model step in these pipelines names no fidelity: each call starts with a compact
+# preamble (docs/fidelity.md), at most its budget, joined to the system prompt by a blank line.
+PREAMBLE = fid.BUDGETS["compact"] + PREAMBLE_JOINT
 
 
 def codes(path: Path) -> list[tuple[str, str, int]]:
@@ -84,11 +88,19 @@ def the_envelope(path: Path):
     return {b.step_id: b for b in found}
 
 
+def slots(b):
+    """The parts a variable fills (not the fidelity preamble or thread)."""
+    return [p for p in b.parts if p.variable]
+
+
 def test_the_fixed_part_is_the_prompt_file_templates_framing_and_output(tmp_path):
     b = the_envelope(write(tmp_path, ASK, window=10_000, inputs=", maxLength: 50"))["first"]
     assert (b.window, b.tokenizer, b.minimum) == (10_000, "cl100k_base", MINIMUM)
-    assert [(p.label, p.tokens) for p in b.parts] == [("user_parts.q", 50 * BYTES_PER_CHAR + FRAME)]
-    assert b.bounded_maximum == MINIMUM + 200 + FRAME and b.status == "fits"
+    assert [(p.label, p.tokens) for p in b.parts] == [
+        ("user_parts.q", 50 * BYTES_PER_CHAR + FRAME),
+        ("fidelity preamble (compact)", PREAMBLE),
+    ]
+    assert b.bounded_maximum == MINIMUM + 200 + FRAME + PREAMBLE and b.status == "fits"
 
 
 def test_a_fixed_part_exactly_at_the_window_is_valid_one_token_over_is_impossible(tmp_path):
@@ -104,7 +116,7 @@ def test_a_fixed_part_exactly_at_the_window_is_valid_one_token_over_is_impossibl
 
 
 def test_bounded_parts_at_the_window_are_clean_one_token_more_warns(tmp_path):
-    top = MINIMUM + 50 * BYTES_PER_CHAR + FRAME
+    top = MINIMUM + 50 * BYTES_PER_CHAR + FRAME + PREAMBLE
     assert codes(write(tmp_path, ASK, window=top, inputs=", maxLength: 50")) == []
     found = codes(write(tmp_path, ASK, window=top - 1, inputs=", maxLength: 50"))
     assert found == [("BUDGET_MAY_OVERFLOW", "warning", 11)]
@@ -158,7 +170,7 @@ def test_context_blocks_are_bounded_by_manage_context_budget(tmp_path):
       end: true
     """
     b = the_envelope(write(tmp_path, body, window=100_000))["ask"]
-    (part,) = b.parts
+    (part,) = slots(b)
     assert (part.tokens, part.variable) == (3000 + FRAME, "context_blocks")
     assert "keeps it within 3000" in part.why
 
@@ -182,7 +194,7 @@ def test_a_model_reply_is_bounded_by_its_writers_max_output_tokens(tmp_path):
     """
     b = the_envelope(write(tmp_path, body, window=100_000))["second"]
     # Both steps write last_model_response: the larger reply bounds it.
-    assert [p.tokens for p in b.parts] == [77 + FRAME]
+    assert [p.tokens for p in b.parts] == [77 + FRAME, PREAMBLE]
 
 
 def test_one_unbounded_writer_makes_the_variable_unbounded(tmp_path):
@@ -209,6 +221,7 @@ def test_one_unbounded_writer_makes_the_variable_unbounded(tmp_path):
         ("user_parts.a", False),
         ("user_parts.b", True),
         ("conversation_history", True),
+        ("fidelity preamble (compact)", False),
     ]
     assert "load_conversation_history" in b.parts[1].why
 
@@ -268,7 +281,7 @@ def test_an_unbounded_source_beside_a_bounded_writer_leaves_the_variable_unbound
         "  question: {type: string}", "  question: {type: string}\n  context_blocks: {type: array}"
     )
     path.write_text(text)
-    (part,) = the_envelope(path)["ask"].parts
+    (part,) = slots(the_envelope(path)["ask"])
     # An input may hand in any context_blocks, whatever manage_context_budget keeps.
     assert (part.tokens, part.why) == (None, "input context_blocks has no maxLength")
 
@@ -289,5 +302,5 @@ def test_a_rehydrated_variable_is_bounded_by_the_steps_max_tokens(tmp_path):
         passage: {source: passage}
       end: true
     """
-    (part,) = the_envelope(write(tmp_path, body, window=100_000))["ask"].parts
+    (part,) = slots(the_envelope(write(tmp_path, body, window=100_000))["ask"])
     assert part.tokens == 300 + FRAME and "keeps it within 300" in part.why

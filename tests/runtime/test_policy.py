@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from actions.call_model import MESSAGE_OVERHEAD
+from runtime.context import fidelity as fid
 from runtime.context.pointers import OPEN
 from runtime.context.tokens import get_counter
 from runtime.engine import Engine
@@ -81,8 +82,18 @@ def counters(r) -> dict[str, int]:
     return dict(r.events[-1].get("counters") or {})
 
 
+def sent_system(counter) -> str:
+    """ask's system message in run t (no catch: 2 steps): its compact preamble, then SYSTEM.
+
+    Every fresh model call starts with its fidelity preamble (compact by default,
+    docs/fidelity.md); the entry step's is the run's head lines alone.
+    """
+    view = fid.RunView("p", "", "t", "ask", 2, history=(), variables={}, written=())
+    return f"{fid.build_preamble('compact', view, counter).text}\n\n{SYSTEM}"
+
+
 def prompt_size(counter, user: str) -> int:
-    return counter.count(SYSTEM) + counter.count(user) + 2 * MESSAGE_OVERHEAD
+    return counter.count(sent_system(counter)) + counter.count(user) + 2 * MESSAGE_OVERHEAD
 
 
 Q = {"q": {"source": "question", "template": "Question: {}"}}
@@ -102,6 +113,7 @@ def test_without_a_policy_the_window_is_the_limit_to_the_token(tmp_path, counter
     else:
         assert r.status == "completed" and d["decision"] == "ok" and d["deficit"] == 0
         assert sent_tokens(r, counter) == size
+        assert events(r, "MODEL_CALL")[0]["messages"][0]["content"] == sent_system(counter)
         assert counters(r).get("context_budget_violations", 0) == 0  # at the budget is within
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from actions import _tools
 from actions.call_model import MESSAGE_OVERHEAD
+from runtime.context import fidelity as fid
 from runtime.context.pointers import make_pointer, pointer_id_of
 from runtime.context.tokens import get_counter
 from runtime.engine import Engine
@@ -95,6 +96,7 @@ def test_the_model_gets_the_exact_slice_it_asked_for(tmp_path, chat_server):
     assert result.state["last_model_response"] == "Mr. Bennet."
     first, second = (r["body"] for r in chat_server.requests)
     assert first["tools"] == [_tools.REHYDRATE_SPEC] and "tool_calls" not in str(first["messages"])
+    assert first["messages"][0] == {"role": "system", "content": sent_system()}
     tool = second["messages"][-1]
     assert tool == {"role": "tool", "tool_call_id": "c1", "content": SLICE}
     assert second["messages"][-2]["tool_calls"][0]["function"]["arguments"] == ARGS
@@ -124,9 +126,19 @@ def test_a_model_that_keeps_calling_tools_fails_the_step(tmp_path, chat_server):
     assert len([e for e in result.events if e["type"] == "MODEL_TOOL_CALL"]) == 2
 
 
+def sent_system() -> str:
+    """The system message run() sends: the step's compact preamble, a blank line, SYSTEM.
+
+    Every fresh model call starts with its fidelity preamble (compact by default,
+    docs/fidelity.md): for ask, the entry step of p.yaml's 2 steps in run t, the head lines.
+    """
+    view = fid.RunView("p", "", "t", "ask", 2, history=(), variables={}, written=())
+    return f"{fid.build_preamble('compact', view, get_counter('cl100k_base')).text}\n\n{SYSTEM}"
+
+
 def _room_window(slice_tokens: int) -> int:
     """The window in which a tool result of slice_tokens exactly fits (one round)."""
-    prompt = COUNT(SYSTEM) + COUNT("Who?") + 2 * MESSAGE_OVERHEAD
+    prompt = COUNT(sent_system()) + COUNT("Who?") + 2 * MESSAGE_OVERHEAD
     assistant = COUNT("rehydrate" + ARGS) + MESSAGE_OVERHEAD
     return 100 + prompt + assistant + MESSAGE_OVERHEAD + slice_tokens
 
