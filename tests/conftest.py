@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json as _json
+import os as _os
+import sys as _sys
 import threading as _threading
 import time as _time
 from collections.abc import Iterator, Mapping
@@ -16,6 +18,21 @@ from click.testing import CliRunner
 
 from runtime.contract.action import Action, Outcome, Problem, Transition
 from runtime.contract.registry import Registry
+
+# Bytecode, cached outside the checkout: where PYTHONDONTWRITEBYTECODE is set (as on the
+# project machine) every test worker and every `runtime` subprocess a test starts would
+# recompile the sources, ~3 s of CPU each. The mutation tool opts out (a mutant and its
+# revert can share a size and an mtime second, and a stale .pyc would hide the mutant).
+if not _os.environ.get("STEP_RUNTIME_TESTS_NO_BYTECODE"):
+    _PYCACHE = str(
+        Path(_os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        / "step-runtime-tests"
+        / "pycache"
+    )
+    _os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    _os.environ.setdefault("PYTHONPYCACHEPREFIX", _PYCACHE)
+    _sys.dont_write_bytecode = False
+    _sys.pycache_prefix = _sys.pycache_prefix or _PYCACHE
 
 
 class Noop(Action):

@@ -11,6 +11,7 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -67,12 +68,28 @@ line_range = st.tuples(st.integers(1, 400), st.integers(0, 60)).map(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    window=st.integers(200, 4000),
-    rounds=st.lists(st.lists(line_range, min_size=1, max_size=3), min_size=1, max_size=3),
-)
+ROUNDS = {
+    "window": st.integers(200, 4000),
+    "rounds": st.lists(st.lists(line_range, min_size=1, max_size=3), min_size=1, max_size=3),
+}
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**ROUNDS)
 def test_no_tool_round_goes_over_the_budget(window, rounds):
+    check_rounds(window, rounds)
+
+
+@pytest.mark.slow
+@pytest.mark.pins
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**ROUNDS)
+def test_no_tool_round_goes_over_the_budget_over_more_examples(window, rounds):
+    check_rounds(window, rounds)
+
+
+def check_rounds(window: int, rounds: list[list[tuple[int, int]]]) -> None:
+    """Tool rounds asking for these line ranges, in a window this big: never over budget."""
     store = MemoryPointerStore()
     pointer = make_pointer(store, "r", TEXT, "text", "(summary)", 400)
     events: list[tuple[str, dict[str, Any]]] = []

@@ -25,9 +25,9 @@ from runtime.engine.services import Services
 from runtime.errors import ModelTimeoutError
 from runtime.retrieval.embeddings import OpenAIEmbedder
 
-TICK = 0.2  # seconds between dripped bytes
+TICK = 0.1  # seconds between dripped bytes
 GIVE_UP = 8.0  # the server completes its reply after this long (only code without a deadline waits)
-DEADLINE = 0.8
+DEADLINE = 0.4
 HANG_UP_WAIT = 10.0  # a generous cap on waiting for the server to notice the cut connection
 
 REPLY = json.dumps(
@@ -156,7 +156,7 @@ def run(pipeline: Path, server: DripServer, *, retries: int = 0, stream: bool = 
                 # Per read: a byte every TICK never trips it, and a longer gap would start
                 # after the request did, so the deadline always comes first.
                 "timeout_seconds": DEADLINE,
-                "connect_timeout_seconds": 0.5,
+                "connect_timeout_seconds": DEADLINE,
                 "deadline_seconds": DEADLINE,
                 "max_retries": retries,
             }

@@ -14,6 +14,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -274,17 +275,39 @@ _EDIT = st.tuples(
 )
 
 
+_EDITS = st.lists(_EDIT, min_size=1, max_size=5)
+
+
 @settings(
-    max_examples=20,
+    max_examples=6,
     deadline=None,
     derandomize=True,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-@given(_TREE, st.lists(_EDIT, min_size=1, max_size=5))
+@given(_TREE, _EDITS)
 def test_incremental_index_equals_a_fresh_one_after_any_edits(tree, edits):
     """Add, edit, delete and rename files among duplicate names: after every run the
     incremental index equals a fresh index of the same tree."""
+    check_edits(tree, edits)
+
+
+@pytest.mark.slow
+@pytest.mark.pins
+@settings(
+    max_examples=20,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(_TREE, _EDITS)
+def test_incremental_index_equals_a_fresh_one_over_more_edits(tree, edits):
+    """The same property over more (and not derandomized) trees and edits."""
+    check_edits(tree, edits)
+
+
+def check_edits(tree: dict[str, int], edits: list[tuple[str, str, int]]) -> None:
+    """Index the tree, apply the edits one run at a time, compare with fresh indexes."""
     work = Path(tempfile.mkdtemp(prefix="dup-names-"))
     root = work / "tree"
     _write(root, {path: _text(path, choice) for path, choice in tree.items()})

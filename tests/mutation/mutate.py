@@ -50,14 +50,15 @@ NOT_COPIED = {
     ".grimp_cache",
     ".import_linter_cache",
 }
-# Style tests kill mutants for formatting, not behaviour; slow tests are left to CI.
+# Style tests kill mutants for formatting, not behaviour; slow tests are left to CI, except
+# those marked `pins` (more seeded cases of a property that pins a decision).
 PYTEST = [
     "-x",
     "-q",
     "-p",
     "no:cacheprovider",
     "-m",
-    "not slow",
+    "not slow or pins",
     "--ignore=tests/test_lint.py",
     "--ignore=tests/mutation",
 ]
@@ -138,7 +139,12 @@ def _copy_tree(dest: Path) -> None:
 
 
 def _pytest(tree: Path, tests: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "STEP_RUNTIME_TESTS_NO_BYTECODE": "1",  # tests/conftest.py would turn bytecode on
+    }
     return subprocess.run(
         [sys.executable, "-m", "pytest", *PYTEST, *tests],
         cwd=tree,

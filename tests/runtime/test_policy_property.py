@@ -17,6 +17,8 @@ import random
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from runtime.context import policy as pol
 from runtime.context.pointers import MemoryPointerStore
 from runtime.context.tokens import get_counter
@@ -79,15 +81,28 @@ def frozen(messages: list[pol.PromptMessage]) -> list[tuple[str, str]]:
 
 
 CASES = 1500
+CHUNK = 300
+# The first chunk is in the fast subset; the rest are `slow` (seconds each) and `pins`
+# (the mutation tool runs them). Chunks also spread the cases over the test workers.
+SLOW_PINS = (pytest.mark.slow, pytest.mark.pins)
 
 
-def test_no_prompt_passes_over_its_budget():
+def chunks(total: int, size: int) -> list:
+    """One parameter per chunk of seeds: the first fast, the others slow."""
+    return [
+        pytest.param(k, marks=SLOW_PINS if k else (), id=f"seeds{k * size}-{(k + 1) * size - 1}")
+        for k in range(total // size)
+    ]
+
+
+@pytest.mark.parametrize("chunk", chunks(CASES, CHUNK))
+def test_no_prompt_passes_over_its_budget(chunk):
     """Seeded random cases (a failure names its case: rerun it with check_case(n))."""
     decisions: Counter[str] = Counter()
-    for n in range(CASES):
+    for n in range(chunk * CHUNK, (chunk + 1) * CHUNK):
         decisions[check_case(n)] += 1
     # The mix reaches every branch, so a policy that always says one thing fails here.
-    assert all(decisions[d] > CASES // 20 for d in ("ok", "needs_summary", "reject")), decisions
+    assert all(decisions[d] > CHUNK // 20 for d in ("ok", "needs_summary", "reject")), decisions
 
 
 def check_case(n: int) -> str:
@@ -136,7 +151,12 @@ def check_case(n: int) -> str:
     return str(d.decision)
 
 
-def test_violation_counter_stays_zero_over_whole_runs(tmp_path):
+RUNS = 300
+RUN_CHUNK = 100
+
+
+@pytest.mark.parametrize("chunk", chunks(RUNS, RUN_CHUNK))
+def test_violation_counter_stays_zero_over_whole_runs(tmp_path, chunk):
     """Three hundred runs through call_model: every prompt sent is within its budget."""
     from runtime.engine import Engine
     from runtime.engine.services import Services
@@ -144,10 +164,10 @@ def test_violation_counter_stays_zero_over_whole_runs(tmp_path):
 
     (tmp_path / "prompts").mkdir()
     (tmp_path / "prompts" / "sys.md").write_text("Answer.\n")
-    rng = random.Random(17)
+    rng = random.Random(17 + chunk)
     kinds = sorted(SOURCES)
     sent = completed = 0
-    for n in range(300):
+    for n in range(chunk * RUN_CHUNK, (chunk + 1) * RUN_CHUNK):
         parts = {}
         inputs: dict[str, object] = {"question": "what?"}
         for j in range(rng.randint(1, 4)):
@@ -193,4 +213,4 @@ def test_violation_counter_stays_zero_over_whole_runs(tmp_path):
             assert d["decision"] == "reject"
         counters = r.events[-1].get("counters") or {}
         assert counters.get("context_budget_violations", 0) == 0
-    assert completed == 300 and sent > 150  # most runs did call the model
+    assert completed == RUN_CHUNK and sent > RUN_CHUNK // 2  # most runs did call the model
