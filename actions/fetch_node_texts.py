@@ -7,7 +7,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actions._scope import run_scope
-from runtime.context.blocks import format_block, selected_metadata
+from runtime.context.blocks import format_block, seed_block, selected_metadata
+from runtime.context.tokens import CUT_RULE, digest
 from runtime.contract.action import Action, Outcome, Problem, StepContext, setting_ref
 from runtime.errors import RunError
 
@@ -200,6 +201,11 @@ class FetchNodeTexts(Action):
                 continue
             meta = selected_metadata(node.metadata, fields) if with_meta else {}
             block = format_block(node.to_dict(), compact=False, metadata=meta)
+            # The text's counts from the index, bound to its digest: the budget step (in
+            # this process or another) then encodes only the block's header and joints.
+            carried = _carried(node)
+            if counter and carried:
+                seed_block(counter, block, {"text": node.text, "tokens": carried})
             cost = counter.count_block(block, "\n\n") if counter else len(block) + 2
             if used + cost > budget:
                 decisions.append(
@@ -218,6 +224,7 @@ class FetchNodeTexts(Action):
                     "parent_id": parent.get(nid),
                     "labels": node.labels,
                     "metadata": meta,
+                    **({"tokens": carried} if carried else {}),
                 }
             )
             decisions.append({"id": nid, "decision": "include", "cost": cost})
@@ -240,3 +247,15 @@ class FetchNodeTexts(Action):
         ctx.set("fetch_debug", debug)
         ctx.trace("FETCH_NODE_TEXTS", **{k: v for k, v in debug.items() if k != "candidates"})
         return None
+
+
+def _carried(node: Any) -> dict[str, Any] | None:
+    """The node text's index counts as a record TokenCounter.carried reads; None if it has none."""
+    counts = getattr(node, "tokens", None)  # a store of another kind may not count
+    if not counts:
+        return None
+    return {
+        "digest": digest(node.text),
+        "rule": CUT_RULE,
+        "parts": {name: list(parts) for name, parts in sorted(counts.items())},
+    }

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from runtime.context.blocks import block_id, format_block
+from runtime.context.blocks import block_id, format_block, seed_block
 from runtime.contract.action import Action, Outcome, Problem, StepContext
 from runtime.errors import RunError
 
 SEP = "\n\n"
+# The token counts of context_blocks (by digest), written with it, so the next budget step
+# (in this process or after a resume) encodes only what is new (TokenCounter.take_blocks).
+COUNTS = "context_block_tokens"
 
 _RULE = {
     "type": "object",
@@ -51,7 +54,8 @@ class ManageContextBudget(Action):
     required = ("on_ok", "on_over")
     outcomes = ("ok", "over")
     reads = ("context_blocks", "node_texts")
-    writes = ("context_blocks", "node_texts")
+    # COUNTS is read with a fallback (absent or stale: the context is counted), so it is no need.
+    writes = ("context_blocks", "node_texts", COUNTS)
     # ok with nothing new appended leaves context_blocks as it was: it must exist from the start.
     defaults = {"context_blocks": [], "node_texts": []}
     runnable = True
@@ -118,8 +122,13 @@ class ManageContextBudget(Action):
         active = {m.topic for m in demands}
         base = [b for b in existing if b != marker] if marker else existing
         present = {block_id(b) for b in base}
+        carried = counter.take_blocks(base, ctx.get(COUNTS, None))
         current = counter.count_joined(base, SEP) if base else 0
         raw_blocks = [format_block(i, compact=False, metadata=_metadata(i)) for i in incoming]
+        # Counts fetch_node_texts handed on from the index: only headers and joints are encoded.
+        seeded = sum(
+            seed_block(counter, raw, i) for raw, i in zip(raw_blocks, incoming, strict=True)
+        )
         raw_total = counter.count_joined(raw_blocks, SEP) if raw_blocks else 0
         if raw_total > limit:
             raise RunError(
@@ -189,6 +198,7 @@ class ManageContextBudget(Action):
             decision=decision,
             demand=sorted(active),
             nodes=per_node,
+            carried_counts={"context": carried, "incoming": seeded},
         )
         if not fits:
             for m in demands:  # the demand is not spent: it waits for the next attempt
@@ -196,6 +206,9 @@ class ManageContextBudget(Action):
             return Outcome.to_branch("over")
         if new_blocks:
             ctx.set("context_blocks", final)
+        counts = counter.carry_blocks(final)  # every block of final is counted by now
+        if counts != ctx.get(COUNTS, None):
+            ctx.set(COUNTS, counts)
         ctx.set("node_texts", [])
         return Outcome.to_branch("ok")
 

@@ -28,7 +28,11 @@ Sections (`--only engine,checkpoint,size,budget,validation`):
 - budget: manage_context_budget, 100 incoming nodes of ~500 tokens onto ~50,000
   tokens of context, each sample in a new process (cold caches): "pipeline" = the
   context was counted when earlier steps built it and fetch_node_texts counted the
-  incoming blocks, as in a real run; "nothing counted" = not even that.
+  incoming blocks, in this process; "carried" = nothing counted in this process, but
+  the run carries counts made before it: each node's text counts as the indexer stores
+  them (handed on by fetch_node_texts) and the previous budget step's counts of the
+  context (`context_block_tokens`), as after a resume; "nothing counted" = no counts at
+  all (an index made before counts were stored, a context from elsewhere).
 - validation: benchmarks/validate.py's generated pipelines: in-process CPU time per step at
   500, 5,000 and 20,000 steps (linear: the per-step time stays flat; the row's ratio is
   20,000's per-step time over 500's), the first validation in a fresh process against
@@ -308,23 +312,32 @@ def older_budget_once(path: str) -> float:
     return ms
 
 
-def budget_once(mode: str) -> float:
-    """One manage_context_budget call in this (new) process, in ms."""
+def budget_once(mode: str) -> tuple[float, float]:
+    """One manage_context_budget call in this (new) process: (wall ms, CPU ms of the thread)."""
     from actions.manage_context_budget import ManageContextBudget
     from runtime.context.blocks import format_block
+    from runtime.context.tokens import TokenCounter
     from runtime.engine.services import Services
 
     counter, existing, incoming = _budget_inputs()
+    state: dict[str, Any] = {}
     if mode == "pipeline":
-        # What the earlier steps of a run did: the budget step that built the context
-        # counted it, and fetch_node_texts counted each incoming block for its budget.
+        # What the earlier steps of a run did in this process: the budget step that built
+        # the context counted it, and fetch_node_texts counted each incoming block.
         counter.count_joined(existing)
         for item in incoming:
             counter.count_block(format_block(item, compact=False), "\n\n")
-    else:  # nothing counted; counts of whole texts made above are forgotten
+    else:  # nothing counted in this process; counts of whole texts made above are forgotten
         counter._cache.clear()
         counter._split.clear()
         counter._joins.clear()
+    if mode == "carried":
+        # A new process with what a run carries: the counts the indexer stored with each
+        # node's text (handed on by fetch_node_texts) and the previous budget step's counts
+        # of the context (run state). Made by another counter, so this one stays cold.
+        other = TokenCounter(counter.encoding)
+        state["context_block_tokens"] = other.carry_blocks(existing)
+        incoming = [{**item, "tokens": other.carry(item["text"])} for item in incoming]
 
     class Ctx:
         step = {
@@ -340,7 +353,7 @@ def budget_once(mode: str) -> float:
 
         def __init__(self) -> None:
             self.services = Services(settings=self.settings)
-            self.vars = {"context_blocks": list(existing), "node_texts": incoming}
+            self.vars = {"context_blocks": list(existing), "node_texts": incoming, **state}
 
         def get(self, name: str, default: Any = None) -> Any:
             return self.vars.get(name, default)
@@ -349,18 +362,22 @@ def budget_once(mode: str) -> float:
             self.vars[name] = value
 
         def trace(self, event: str, **data: Any) -> None:
-            pass
+            self.event = data
 
         def requeue(self, m: Any) -> None:
             pass
 
     ctx = Ctx()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     outcome = ManageContextBudget().run(ctx)  # type: ignore[arg-type]
-    ms = (time.perf_counter() - t0) * 1000
+    ms, cpu = (time.perf_counter() - t0) * 1000, (time.thread_time() - c0) * 1000
     assert outcome is not None and outcome.branch == "ok"
     assert len(ctx.vars["context_blocks"]) == len(existing) + 100
-    return ms
+    # The step's total is what tiktoken gives the joined context in one piece.
+    assert ctx.event["total_tokens"] == counter.count("\n\n".join(ctx.vars["context_blocks"]))
+    if mode == "carried":
+        assert ctx.event["carried_counts"] == {"context": len(existing), "incoming": 100}
+    return ms, cpu
 
 
 # --- the orchestrator ---------------------------------------------------------------------
@@ -501,22 +518,26 @@ def main() -> None:
                 _spread(flat),
             )
         if "budget" in only:
-            for mode in ("pipeline", "nothing counted"):
-                samples = [
-                    float(
-                        subprocess.run(
-                            [sys.executable, __file__, "--budget-once", mode],
-                            capture_output=True,
-                            text=True,
-                            check=True,
-                        ).stdout
-                    )
-                    for _ in range(n)
-                ]
-                med = statistics.median(samples)
+            modes = ("pipeline", "carried", "nothing counted")
+            wall: dict[str, list[float]] = {m: [] for m in modes}
+            cpu: dict[str, list[float]] = {m: [] for m in modes}
+            for _ in range(n):  # the modes interleaved: load on the machine hits each alike
+                for mode in modes:
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--budget-once", mode],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    ).stdout
+                    w, c = json.loads(out)
+                    wall[mode].append(w)
+                    cpu[mode].append(c)
+            for mode in modes:
+                w, c = wall[mode], cpu[mode]
                 print(
                     f"| manage_context_budget, 100 x ~500 tokens onto 50k, new process, {mode}: "
-                    f"{med:.1f} ms median ({min(samples):.1f}-{max(samples):.1f}, {n} processes)",
+                    f"{statistics.median(w):.1f} ms median ({min(w):.1f}-{max(w):.1f}, "
+                    f"{n} processes), CPU {statistics.median(c):.1f} ms ({min(c):.1f}-{max(c):.1f})",
                     flush=True,
                 )
             if args.older_engine:  # its step re-counts the whole context per node: 3 samples

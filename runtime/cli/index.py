@@ -43,6 +43,14 @@ from runtime.cli._common import handle_errors
     help="Worker processes that parse files (default: one per CPU; 1: no workers).",
 )
 @click.option(
+    "--tokenizer",
+    "tokenizers",
+    multiple=True,
+    help="Encoding whose token counts are stored with each node, so budget steps need not "
+    "count indexed texts again (repeatable; default cl100k_base, the default "
+    "settings.tokenizer).",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print {files, nodes, edges, skipped, seconds}."
 )
 @handle_errors
@@ -54,6 +62,7 @@ def index(
     labels_file: str | None,
     embedder: str | None,
     jobs: int | None,
+    tokenizers: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Index C#, T-SQL, Markdown and text files under PATHS (incremental).
@@ -62,11 +71,15 @@ def index(
     under, and a new tree is named after its folder: indexing the same tree again never
     stores a second copy under another name.
     """
+    from runtime.context.tokens import get_counter
     from runtime.retrieval.embeddings import make_embedder
     from runtime.retrieval.indexer import index_paths, load_labels
     from runtime.retrieval.nodestore import default_path, open_store
 
     emb = make_embedder(embedder) if embedder else None  # a bad name creates no index
+    tokenizers = tokenizers or ("cl100k_base",)
+    for name in tokenizers:  # neither does a bad tokenizer (TOKENIZER_UNAVAILABLE)
+        get_counter(name)
     roots = [str(Path(p).resolve()) for p in paths]
     path = index_path or default_path()
     if not Path(path).exists():  # decided before the file exists: a refusal creates no index
@@ -105,6 +118,7 @@ def index(
             label_rules=rules,
             embedder=emb,
             jobs=jobs,
+            tokenizers=tokenizers,
             progress=show if bar else None,
         )
     for root in roots:

@@ -10,7 +10,9 @@
     text:
     <node text>
 
-Fields appear in this order; absent fields are omitted.
+Fields appear in this order; absent fields are omitted. The text comes last, so a
+count carried with a node's text (`tokens`, made by the indexer and handed on by
+fetch_node_texts) gives its block's count with only the lines before it encoded.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runtime.context.tokens import TokenCounter
 
 HEADER = "--- NODE ---"
 _ID_LINE = re.compile(r"^id: (.+)$", re.M)
@@ -61,3 +66,20 @@ def selected_metadata(meta: Mapping[str, Any], fields: Sequence[str] | None) -> 
     if fields is not None:
         return {k: meta[k] for k in fields if k in meta}
     return {k: v for k, v in meta.items() if k not in ("text",) and v not in (None, "", [], {})}
+
+
+def seed_block(counter: TokenCounter, block: str, item: Mapping[str, Any]) -> bool:
+    """Let counter count block from the count item carries for its text; False if it has none.
+
+    The count is used only when it is for the counter's encoding and cut rule and the
+    item's text is the text it was made for (counter.carried); otherwise the block is
+    counted when it is needed, as it always was.
+    """
+    text = item.get("text")
+    if not isinstance(text, str) or not block.endswith(text):
+        return False
+    parts = counter.carried(text, item.get("tokens"))
+    if parts is None:
+        return False
+    counter.seed_suffix(block, len(block) - len(text), parts)
+    return True

@@ -16,7 +16,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +54,18 @@ _PATTERNS = {
     ),
 }
 ENCODINGS = tuple(SHA256)
-# A point after a newline and before a character that is neither space nor "/":
-# no pre-tokeniser piece of cl100k_base or o200k_base crosses it.
-_SAFE_CUT = re.compile(r"\n(?=[^\s/])")
+# A point after a newline followed by spaces or tabs (none, or an indentation) and then a
+# character that is neither whitespace nor "/": no pre-tokeniser piece of cl100k_base or
+# o200k_base crosses it (the newline ends its piece: `\s*[\r\n]` stops at the last
+# newline of a whitespace run, a punctuation piece takes newlines but no space, and only
+# o200k's takes a "/" right after them). Indented lines count: most lines of code are.
+_SAFE_CUT = re.compile(r"\n(?=[ \t]*[^\s/])")
+# The version of that rule. Cut offsets and counts made under another rule (an index, a
+# run's state) are not reused: their cuts may not be cuts here.
+CUT_RULE = 2
 _CACHE_SIZE = 20_000
+# (first cut, last cut, tokens between them) of a text: see TokenCounter.parts.
+Parts = tuple[int, int, int]
 
 
 def cache_dir() -> Path:
@@ -141,25 +149,136 @@ class TokenCounter:
                 self._cache.popitem(last=False)
         return n
 
-    def _parts(self, block: str) -> tuple[int, int, int]:
-        """(first cut, last cut, tokens between them) of a block, remembered by content."""
+    def _parts(self, block: str) -> Parts:
+        """parts(block), remembered by content."""
         with self._lock:
             hit = self._split.get(block)
             if hit is not None:
                 return hit
-        first = _SAFE_CUT.search(block)
+        parts = self.parts(block)
+        self._remember(block, parts)
+        return parts
+
+    def parts(self, text: str) -> Parts:
+        """(first cut, last cut, tokens between them) of text; (len, len, 0) without a cut.
+
+        Not remembered (the indexer measures each node's text once; see _parts).
+        """
+        first = _SAFE_CUT.search(text)
         if first is None:
-            parts = (len(block), len(block), 0)
-        else:
-            last = first.end()
-            for m in _SAFE_CUT.finditer(block, last):
-                last = m.end()
-            parts = (first.end(), last, self.count(block[first.end() : last]))
+            return len(text), len(text), 0
+        last = first.end()
+        for m in _SAFE_CUT.finditer(text, last):
+            last = m.end()
+        return first.end(), last, self.count(text[first.end() : last])
+
+    def _remember(self, text: str, parts: Parts) -> None:
         with self._lock:
-            self._split[block] = parts
+            self._split[text] = parts
             if len(self._split) > _CACHE_SIZE:
                 self._split.popitem(last=False)
-        return parts
+
+    def seed_suffix(self, block: str, start: int, parts: Parts) -> Parts:
+        """The parts of block, whose text from start on has the given parts (a node's text at
+        the end of its context block), remembered as if block had been counted.
+
+        Only the block before start and the text's first piece are encoded; the text's
+        middle is taken from parts. The caller vouches that parts are block[start:]'s under
+        this encoding and CUT_RULE (see carried()).
+        """
+        with self._lock:
+            hit = self._split.get(block)
+        if hit is not None:
+            return hit
+        first_t, last_t, middle_t = parts
+        # Cuts before start whose look-ahead ends before it (endpos): cuts of the whole block.
+        before = [m.end() for m in _SAFE_CUT.finditer(block, 0, start)]
+        if start and _SAFE_CUT.match(block, start - 1):  # the text starts on a cut
+            before.append(start)
+        if first_t < len(block) - start:  # the text has cuts: the block's last cut is its last
+            first = before[0] if before else start + first_t
+            # Split at the text's first cut: before it encoded, after it the carried middle.
+            found = (first, start + last_t, self.count(block[first : start + first_t]) + middle_t)
+        elif before:  # no cut in the text: it is all tail (counted in the joint)
+            found = (before[0], before[-1], self.count(block[before[0] : before[-1]]))
+        else:
+            found = (len(block), len(block), 0)
+        self._remember(block, found)
+        return found
+
+    def carried(self, text: str, record: Any) -> Parts | None:
+        """The parts a carried record (carry()) holds for text under this encoding, or None.
+
+        None unless the record is under CUT_RULE, has parts for this encoding whose cuts are
+        cuts of text, and its digest is text's: a count made for other text, another
+        encoding or another rule is never used (the text is counted instead).
+        """
+        if not isinstance(record, Mapping) or record.get("rule") != CUT_RULE:
+            return None
+        by_encoding = record.get("parts")
+        found = by_encoding.get(self.encoding_name) if isinstance(by_encoding, Mapping) else None
+        if not isinstance(found, list | tuple) or len(found) != 3:
+            return None
+        if not all(type(x) is int and x >= 0 for x in found):
+            return None
+        first, last, middle = found
+        if first == len(text):
+            if last != first or middle:
+                return None
+        elif not (
+            0 < first <= last < len(text)
+            and _SAFE_CUT.match(text, first - 1)
+            and _SAFE_CUT.match(text, last - 1)
+        ):
+            return None
+        if record.get("digest") != digest(text):
+            return None
+        return first, last, middle
+
+    def carry(self, text: str) -> dict[str, Any]:
+        """A JSON record of text's parts under this encoding, for carried()."""
+        return {
+            "digest": digest(text),
+            "rule": CUT_RULE,
+            "parts": {self.encoding_name: list(self._parts(text))},
+        }
+
+    def carry_blocks(self, blocks: Iterable[str]) -> dict[str, Any]:
+        """A JSON record of the parts of blocks (a context) by digest, for take_blocks()."""
+        return {
+            "encoding": self.encoding_name,
+            "rule": CUT_RULE,
+            "blocks": {digest(b): list(self._parts(b)) for b in blocks},
+        }
+
+    def take_blocks(self, blocks: Iterable[str], record: Any) -> int:
+        """Remember the parts record (carry_blocks()) holds for blocks; how many it held.
+
+        A block whose digest the record lacks, or a record of another encoding or rule, is
+        counted when it is next needed, as if no record had been given.
+        """
+        if not isinstance(record, Mapping) or record.get("encoding") != self.encoding_name:
+            return 0
+        known = record.get("blocks")
+        if record.get("rule") != CUT_RULE or not isinstance(known, Mapping):
+            return 0
+        taken = 0
+        for block in blocks:
+            found = known.get(digest(block))
+            if not isinstance(found, list) or len(found) != 3:
+                continue
+            first, last, middle = found
+            if not all(type(x) is int for x in found) or not 0 <= first <= last <= len(block):
+                continue
+            cuts = first == last == len(block) or (
+                first > 0
+                and _SAFE_CUT.match(block, first - 1) is not None
+                and _SAFE_CUT.match(block, last - 1) is not None
+            )
+            if cuts and middle >= 0:
+                self._remember(block, (first, last, middle))
+                taken += 1
+        return taken
 
     def count_joined(self, blocks: Sequence[str], sep: str = "\n\n") -> int:
         """Exact count of sep.join(blocks), re-encoding no block middle already counted.
@@ -236,6 +355,11 @@ class TokenCounter:
                 return prefix
             keep -= 1
         return ""
+
+
+def digest(text: str) -> str:
+    """The digest carried counts are bound to: blake2b-128 of the text's UTF-8, in hex."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 _counters: dict[str, TokenCounter] = {}

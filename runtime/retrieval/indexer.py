@@ -309,8 +309,13 @@ def index_paths(
     progress: Callable[[str, int, int], None] | None = None,
     embedder: Any = None,
     jobs: int | None = None,
+    tokenizers: Sequence[str] = ("cl100k_base",),
 ) -> IndexReport:
     """Index files under roots into one repository snapshot.
+
+    tokenizers: encodings whose token counts of each node's text are stored with it, so a
+    run's budget steps never encode an indexed text again (an unknown name is a
+    TOKENIZER_UNAVAILABLE error before anything is written).
 
     jobs: worker processes that parse files (default: one per CPU; 1 parses in this
     process). Workers are used only when enough files changed to repay starting them.
@@ -319,6 +324,10 @@ def index_paths(
     and hashed, then "parse" for each changed file written.
     """
     started = time.perf_counter()
+    from runtime.context.tokens import get_counter
+
+    for name in tokenizers:  # loaded here: forked workers share the loaded encodings
+        get_counter(name)
     report = IndexReport(rebuilt=store.rebuilt)
     known = store.file_hashes(repository, snapshot)
     seen: set[str] = set()
@@ -345,7 +354,7 @@ def index_paths(
             from runtime.retrieval.embeddings import to_blob
         fresh: dict[str, Any] = {}  # path -> Extraction of the files parsed now
         for i, (rel, digest, rows, summary, encoded, error) in enumerate(
-            _prepare_all(work, repository, snapshot, jobs)
+            _prepare_all(work, repository, snapshot, jobs, tuple(tokenizers))
         ):
             if progress:
                 progress("parse", i + 1, len(work))
@@ -426,14 +435,16 @@ def _changed_files(
 
 
 def _prepare_all(
-    work: list[_Work], repository: str, snapshot: str, jobs: int | None
+    work: list[_Work], repository: str, snapshot: str, jobs: int | None, tokenizers: tuple[str, ...]
 ) -> Iterator[_Prepared]:
     """Parse files, in worker processes when there are enough of them; in file order."""
     import functools
     import gc
     import os
 
-    prepare = functools.partial(_prepare, repository=repository, snapshot=snapshot)
+    prepare = functools.partial(
+        _prepare, repository=repository, snapshot=snapshot, tokenizers=tokenizers
+    )
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     if jobs <= 1 or len(work) < PARALLEL_MIN_FILES:
         yield from map(prepare, work)
@@ -448,7 +459,9 @@ def _prepare_all(
     # fork shares the already-imported parsers; with other threads alive fork is unsafe,
     # so a fresh interpreter is started instead.
     method = "fork" if hasattr(os, "fork") and threading.active_count() == 1 else "spawn"
-    batch = functools.partial(_prepare_batch, repository=repository, snapshot=snapshot)
+    batch = functools.partial(
+        _prepare_batch, repository=repository, snapshot=snapshot, tokenizers=tokenizers
+    )
     gc.freeze()  # forked workers then do not copy every page the collector would touch
     # An executor, not multiprocessing.Pool: a worker that cannot start (spawn from an
     # interactive session) breaks it with an error instead of being restarted forever.
@@ -481,25 +494,35 @@ def _batches(work: list[_Work], jobs: int) -> Iterator[list[_Work]]:
         start += size
 
 
-def _prepare_batch(items: list[_Work], *, repository: str, snapshot: str) -> list[_Prepared]:
+def _prepare_batch(
+    items: list[_Work], *, repository: str, snapshot: str, tokenizers: tuple[str, ...]
+) -> list[_Prepared]:
     """_prepare over a batch (one task of a worker)."""
-    return [_prepare(item, repository=repository, snapshot=snapshot) for item in items]
+    return [
+        _prepare(item, repository=repository, snapshot=snapshot, tokenizers=tokenizers)
+        for item in items
+    ]
 
 
-def _prepare(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
+def _prepare(
+    item: _Work, *, repository: str, snapshot: str, tokenizers: tuple[str, ...] = ()
+) -> _Prepared:
     """Nodes, FTS rows and the extraction summary of one file (runs in a worker).
 
     A file the extractors fail on is returned with the error, so one broken file is
     reported instead of stopping the whole index (fuzzing found such files once).
     """
     try:
-        return _parse(item, repository=repository, snapshot=snapshot)
+        return _parse(item, repository=repository, snapshot=snapshot, tokenizers=tokenizers)
     except Exception as exc:  # reported per file by index_paths, never dropped
         return item[0], item[2], [], {}, b"", f"{type(exc).__name__}: {exc}"
 
 
-def _parse(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
+def _parse(
+    item: _Work, *, repository: str, snapshot: str, tokenizers: tuple[str, ...]
+) -> _Prepared:
     import classifiers
+    from runtime.context.tokens import get_counter
     from runtime.retrieval.nodestore import encode_extraction, node_row
 
     rel, text, digest, labels = item
@@ -552,7 +575,8 @@ def _parse(item: _Work, *, repository: str, snapshot: str) -> _Prepared:
                 )
             )
         summary["docs"] = [n.qualified_name for n in nodes]  # node keys (see _keys)
-    rows = [node_row(n, searchable.get(i)) for i, n in enumerate(nodes)]
+    counters = [get_counter(name) for name in tokenizers]
+    rows = [node_row(n, searchable.get(i), counters) for i, n in enumerate(nodes)]
     return rel, digest, rows, summary, encode_extraction(summary), None
 
 

@@ -76,10 +76,15 @@ class Node:
     text: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     labels: list[str] = field(default_factory=list)
+    # The text's token counts made when it was indexed: encoding -> (first cut, last cut,
+    # tokens between them), under runtime.context.tokens.CUT_RULE. Empty: not counted.
+    tokens: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return dict(self.__dict__)
+        """JSON form (without the counts, which fetch_node_texts hands on with a digest)."""
+        out = dict(self.__dict__)
+        del out["tokens"]
+        return out
 
 
 def node_id(

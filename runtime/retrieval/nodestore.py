@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from runtime.context.tokens import CUT_RULE, digest
 from runtime.errors import StoreError, refuse_url
 from runtime.retrieval.node import Node, Scope, meta_token, node_id
 from runtime.retrieval.search import SearchPasses
@@ -39,9 +40,16 @@ def meta_tokens(node: Node) -> str:
     return " ".join(toks)
 
 
-# A node as written: the 13 columns of `nodes` (_COLS, metadata and labels as JSON), then
-# the FTS5 name, body and meta columns. Plain tuples: the indexer's workers send them.
-NodeRow = tuple[str, str, str, str, str, str, str, str, int, int, str, str, str, str, str, str]
+# The token counts of a node's text: (encoding, the text's digest, first cut, last cut,
+# tokens between the cuts) per encoding counted, under runtime.context.tokens.CUT_RULE
+# (TokenCounter.parts).
+TextCounts = tuple[tuple[str, str, int, int, int], ...]
+# A node as written: the 13 columns of `nodes` (_COLS, metadata and labels as JSON), the
+# FTS5 name, body and meta columns, then its text's counts. Plain tuples: the indexer's
+# workers send them.
+NodeRow = tuple[
+    str, str, str, str, str, str, str, str, int, int, str, str, str, str, str, str, TextCounts
+]
 
 
 def _described(metadata: dict[str, Any]) -> str:
@@ -68,11 +76,12 @@ def _described(metadata: dict[str, Any]) -> str:
     return ("\n" + "\n".join(out)) if out else ""
 
 
-def node_row(n: Node, searchable: str | None = None) -> NodeRow:
+def node_row(n: Node, searchable: str | None = None, counters: Sequence[Any] = ()) -> NodeRow:
     """The encoded columns of a node (pure: the indexer computes them in its workers).
 
     searchable: the text to index instead of the node's text (a type without its
-    members' bodies, which their own nodes index).
+    members' bodies, which their own nodes index). counters: TokenCounters whose counts
+    of the text are stored with it (so a run never encodes it again; see get_nodes).
     """
     head = " ".join(str(n.metadata.get(k, "")) for k in ("doc", "signature", "heading"))
     head += _described(n.metadata)
@@ -101,6 +110,7 @@ def node_row(n: Node, searchable: str | None = None) -> NodeRow:
         names,
         body,
         meta_tokens(n),
+        tuple((c.encoding_name, digest(n.text), *c.parts(n.text)) for c in counters),
     )
 
 
@@ -150,6 +160,14 @@ _SCHEMA = [
         path TEXT NOT NULL, hash TEXT NOT NULL, extraction BLOB NOT NULL,
         PRIMARY KEY (repository, snapshot, path))""",
     "CREATE TABLE IF NOT EXISTS vectors (node INTEGER PRIMARY KEY, model TEXT NOT NULL, vector BLOB NOT NULL)",
+    # A node text's token counts per encoding (TokenCounter.parts under the cut rule `rule`)
+    # and the digest of the text counted. Added to layout 3 without a rebuild: an index
+    # made before has none (the table is created empty on open), and its texts are counted
+    # when a run needs them, as before.
+    """CREATE TABLE IF NOT EXISTS node_tokens (node INTEGER NOT NULL, encoding TEXT NOT NULL,
+        rule INTEGER NOT NULL, digest TEXT NOT NULL, first INTEGER NOT NULL,
+        last INTEGER NOT NULL, middle INTEGER NOT NULL,
+        PRIMARY KEY (node, encoding)) WITHOUT ROWID""",
     # Which repository names each indexed tree (an absolute path) was stored under, so
     # `runtime index PATH` without --repository reuses the name instead of storing a copy.
     """CREATE TABLE IF NOT EXISTS roots (root TEXT NOT NULL, repository TEXT NOT NULL,
@@ -362,8 +380,15 @@ class SqliteNodeStore(SearchPasses):
                 db.executemany("INSERT INTO node_labels VALUES (?, ?)", labels)
             db.executemany(
                 "INSERT INTO nodes_fts (rowid, name, body, meta) VALUES (?, ?, ?, ?)",
-                [(base + i, *r[13:]) for i, r in enumerate(rows)],
+                [(base + i, *r[13:16]) for i, r in enumerate(rows)],
             )
+            counts = [(base + i, *c, CUT_RULE) for i, r in enumerate(rows) for c in r[16]]
+            if counts:
+                db.executemany(
+                    "INSERT INTO node_tokens (node, encoding, digest, first, last, middle, rule) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    counts,
+                )
             db.execute(
                 "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
                 (repository, snapshot, path, file_hash, extraction),
@@ -417,6 +442,7 @@ class SqliteNodeStore(SearchPasses):
         db.executemany("DELETE FROM nodes_fts WHERE rowid = ?", keys)
         db.executemany("DELETE FROM node_labels WHERE node = ?", keys)
         db.executemany("DELETE FROM vectors WHERE node = ?", keys)
+        db.executemany("DELETE FROM node_tokens WHERE node = ?", keys)
         db.executemany("DELETE FROM nodes WHERE rowid = ?", keys)
 
     def _delete_file(
@@ -508,14 +534,32 @@ class SqliteNodeStore(SearchPasses):
             return {}
         where, args = self._scope_sql(scope)
         out: dict[str, Node] = {}
+        by_row: dict[int, Node] = {}
+        db = self.conn()
+        columns = ", ".join("n." + c.strip() for c in _COLS.split(","))
         for start in range(0, len(ids), 500):
             chunk = list(ids[start : start + 500])
-            rows = self.conn().execute(
-                f"SELECT {', '.join('n.' + c.strip() for c in _COLS.split(','))} FROM nodes n "
+            rows = db.execute(
+                f"SELECT n.rowid, {columns} FROM nodes n "
                 f"WHERE n.id IN ({','.join('?' * len(chunk))}) AND {where}",
                 [*chunk, *args],
             )
-            out.update({r[0]: _row_node(r) for r in rows})
+            for r in rows:
+                by_row[r[0]] = out[r[1]] = _row_node(r[1:])
+        keys = list(by_row)
+        digests: dict[int, str] = {}
+        for start in range(0, len(keys), 500):  # the texts' counts made under today's cut rule
+            rowids = keys[start : start + 500]
+            for row, encoding, text_digest, first, last, middle in db.execute(
+                "SELECT node, encoding, digest, first, last, middle FROM node_tokens "
+                f"WHERE node IN ({','.join('?' * len(rowids))}) AND rule = ?",
+                [*rowids, CUT_RULE],
+            ):
+                n = by_row[row]
+                if row not in digests:
+                    digests[row] = digest(n.text)
+                if text_digest == digests[row]:  # counts of another text are never handed on
+                    n.tokens[encoding] = (first, last, middle)
         return out
 
     def edges(
