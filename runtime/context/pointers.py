@@ -12,7 +12,8 @@ byte-identical to that part of the original text:
 - `lines A-B` (or `A-B`, or `line A`): lines A to B, 1-based and inclusive, each with
   its own line ending;
 - a JSON path `$`, `$.key`, `$.a[3].b`, `$["odd key"]`: the value's text exactly as it
-  is written in the original (located by scanning, not re-serialised);
+  is written in the original (not re-serialised), located through the offset index stored
+  with a json original (`build_json_index`), scanning only inside small values;
 - `hunk N`: the N-th `@@` hunk of a unified diff (1-based, across files), header included.
 """
 
@@ -21,13 +22,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import threading
-from collections import OrderedDict
+import zlib
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from runtime.errors import RunError
+from runtime.errors import RunError, StoreError
 
 PREFIX = "ptr-"
 _ID = re.compile(r"^ptr-[0-9a-f]{16}$")
@@ -36,20 +39,20 @@ _HUNK_SLICE = re.compile(r"^\s*hunk\s+(\d+)\s*$", re.I)
 _PATH_STEP = re.compile(r'\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]')
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
-# (pointer id, array start) -> the start of each item found so far: a later slice into the
-# same array of the same original starts where the scan stopped instead of at item 0.
-_ITEMS: OrderedDict[tuple[str, int], list[int]] = OrderedDict()
-_ITEMS_SIZE = 64
-_ITEMS_LOCK = threading.Lock()
 OPEN = "[ELIDED"
 CLOSE = "[/ELIDED"
 
 
 class PointerStore(Protocol):
-    """Where originals live: content-addressed texts and each run's pointers to them."""
+    """Where originals live: content-addressed texts and each run's pointers to them.
+
+    A store also keeps, beside each json original, its offset index (`index_for`, built
+    when the original is put) and reads a range of an original's characters, so a
+    JSON-path slice seeks to the value instead of loading and scanning the whole text.
+    """
 
     def put_original(self, run_id: str, pointer_id: str, sha256: str, kind: str, text: str) -> None:
-        """Store text once (by sha256) and record the run's pointer to it."""
+        """Store text once (by sha256), with its offset index, and record the run's pointer."""
         ...
 
     def get_original(self, run_id: str, pointer_id: str) -> tuple[str, str] | None:
@@ -60,19 +63,37 @@ class PointerStore(Protocol):
         """A run's pointers: pointer_id, sha256, kind, chars (for `runtime trace`)."""
         ...
 
+    def get_index(self, run_id: str, pointer_id: str) -> tuple[str, bytes | None] | None:
+        """(kind, stored offset index or None) of a run's pointer, or None without the pointer."""
+        ...
+
+    def put_index(self, run_id: str, pointer_id: str, text: str, index: bytes) -> None:
+        """Keep the offset index built late for a pointer's original (text: that original)."""
+        ...
+
+    def read_original(self, run_id: str, pointer_id: str, start: int, end: int) -> str:
+        """Characters start..end of a pointer's original (a pointer with a stored index)."""
+        ...
+
 
 class MemoryPointerStore:
     """The pointer store of a run without a run store (lives as long as the process)."""
 
     def __init__(self) -> None:
         self._texts: dict[str, str] = {}
+        self._indexes: dict[str, bytes] = {}
         self._runs: dict[str, dict[str, tuple[str, str]]] = {}
         self._lock = threading.Lock()
 
     def put_original(self, run_id: str, pointer_id: str, sha256: str, kind: str, text: str) -> None:
-        """Store text once (by sha256) and record the run's pointer to it."""
+        """Store text once (by sha256), with its offset index, and record the run's pointer."""
+        with self._lock:
+            known = sha256 in self._texts
+        index = None if known else index_for(kind, text)  # built outside the lock
         with self._lock:
             self._texts.setdefault(sha256, text)
+            if index is not None:
+                self._indexes.setdefault(sha256, index)
             self._runs.setdefault(run_id, {})[pointer_id] = (sha256, kind)
 
     def get_original(self, run_id: str, pointer_id: str) -> tuple[str, str] | None:
@@ -88,6 +109,25 @@ class MemoryPointerStore:
                 {"pointer_id": p, "sha256": sha, "kind": kind, "chars": len(self._texts[sha])}
                 for p, (sha, kind) in sorted(self._runs.get(run_id, {}).items())
             ]
+
+    def get_index(self, run_id: str, pointer_id: str) -> tuple[str, bytes | None] | None:
+        """(kind, offset index or None) of a run's pointer, or None."""
+        with self._lock:
+            hit = self._runs.get(run_id, {}).get(pointer_id)
+            return None if hit is None else (hit[1], self._indexes.get(hit[0]))
+
+    def put_index(self, run_id: str, pointer_id: str, text: str, index: bytes) -> None:
+        """Keep an offset index built late."""
+        with self._lock:
+            hit = self._runs.get(run_id, {}).get(pointer_id)
+            if hit is not None:
+                self._indexes[hit[0]] = index
+
+    def read_original(self, run_id: str, pointer_id: str, start: int, end: int) -> str:
+        """Characters start..end of a pointer's original ("" without the pointer)."""
+        with self._lock:
+            hit = self._runs.get(run_id, {}).get(pointer_id)
+            return "" if hit is None else self._texts[hit[0]][start:end]
 
 
 @dataclass(frozen=True)
@@ -191,28 +231,63 @@ def rehydrate(ctx: Any, pointer_id: str, part: str | None = None) -> str:
             code="POINTER_UNKNOWN",
             step_id=getattr(ctx, "step_id", None),
         )
-    hit = store_of(ctx).get_original(ctx.run_id, pointer_id)
+    store = store_of(ctx)
+    if part is not None and part.strip().startswith("$"):
+        return _rehydrate_json(ctx, store, pointer_id, part.strip())
+    hit = store.get_original(ctx.run_id, pointer_id)
     if hit is None:
-        raise RunError(
-            f"run {ctx.run_id!r} has no pointer {pointer_id!r}",
-            code="POINTER_UNKNOWN",
-            step_id=getattr(ctx, "step_id", None),
-        )
+        raise _unknown(ctx, pointer_id)
     _kind, text = hit
     if part is None or not part.strip():
         return text
-    return slice_text(text, part, pointer_id)
+    return slice_text(text, part)
+
+
+def _unknown(ctx: Any, pointer_id: str) -> RunError:
+    return RunError(
+        f"run {ctx.run_id!r} has no pointer {pointer_id!r}",
+        code="POINTER_UNKNOWN",
+        step_id=getattr(ctx, "step_id", None),
+    )
+
+
+def _rehydrate_json(ctx: Any, store: PointerStore, pointer_id: str, path: str) -> str:
+    """A JSON-path slice: through the stored index, read range by range from the store."""
+    found = store.get_index(ctx.run_id, pointer_id)
+    if found is None:
+        raise _unknown(ctx, pointer_id)
+    kind, index = found
+    if index is not None:
+
+        def read(start: int, end: int) -> str:
+            return store.read_original(ctx.run_id, pointer_id, start, end)
+
+        return _indexed_slice(JsonIndex(index), read, path, _parse_path(path), pointer_id)
+    hit = store.get_original(ctx.run_id, pointer_id)
+    if hit is None:
+        raise _unknown(ctx, pointer_id)
+    kind, text = hit
+    if kind != "json":  # only json originals are indexed; a path into other text scans it
+        return json_slice(text, path)
+    # Stored before indexes were (m005) or by a store that could not build one: build it
+    # now, once, and keep it so the next slice (in this process or another) seeks.
+    try:
+        index = build_json_index(text)
+    except (ValueError, RecursionError) as exc:
+        raise _bad(path, f"the original is not valid JSON: {exc}") from exc
+    store.put_index(ctx.run_id, pointer_id, text, index)
+    return json_slice(text, path, index)
 
 
 def _bad(part: str, why: str) -> RunError:
     return RunError(f"slice {part!r}: {why}", code="SLICE_INVALID")
 
 
-def slice_text(text: str, part: str, key: str | None = None) -> str:
+def slice_text(text: str, part: str) -> str:
     """An exact slice of text: `lines A-B`, a JSON path, or `hunk N` (see module doc)."""
     stripped = part.strip()
     if stripped.startswith("$"):
-        return json_slice(text, stripped, key)
+        return json_slice(text, stripped)
     m = _HUNK_SLICE.match(stripped)
     if m:
         return hunk_slice(text, int(m.group(1)))
@@ -248,12 +323,7 @@ def hunk_slice(text: str, number: int) -> str:
     return text[start:end]
 
 
-def json_slice(text: str, path: str, key: str | None = None) -> str:
-    """The text of the value at a JSON path, exactly as written in the original.
-
-    key (a pointer id: the same id is the same text) lets repeated slices into one array
-    reuse the item offsets found by the first (`_ITEMS`).
-    """
+def _parse_path(path: str) -> list[str | int]:
     steps: list[str | int] = []
     pos = 1
     while pos < len(path):
@@ -267,10 +337,27 @@ def json_slice(text: str, path: str, key: str | None = None) -> str:
         else:
             steps.append(json.loads(m.group(3)))
         pos = m.end()
+    return steps
+
+
+def json_slice(text: str, path: str, index: bytes | None = None) -> str:
+    """The text of the value at a JSON path, exactly as written in the original.
+
+    With index (`build_json_index(text)`) the indexed levels are not scanned: the slice
+    seeks to the stored offsets and scans only inside the addressed unindexed container.
+    """
+    steps = _parse_path(path)
+    if index is not None:
+        return _indexed_slice(JsonIndex(index), lambda a, b: text[a:b], path, steps)
     start = _WS.match(text, 0).end()  # type: ignore[union-attr]
-    for depth, step in enumerate(steps):
+    return _scanned_value(text, start, steps, 0, path)
+
+
+def _scanned_value(text: str, start: int, steps: list[str | int], done: int, path: str) -> str:
+    """The value at steps[done:] below the value at start, found by scanning text."""
+    for depth in range(done, len(steps)):
         where = path if depth == len(steps) - 1 else _path_text(steps[: depth + 1])
-        start = _child(text, start, step, path, where, key)
+        start = _child(text, start, steps[depth], path, where)
     try:
         _, end = _DECODER.raw_decode(text, start)
     except (ValueError, RecursionError) as exc:
@@ -282,9 +369,7 @@ def _path_text(steps: list[str | int]) -> str:
     return "$" + "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps)
 
 
-def _child(
-    text: str, start: int, step: str | int, path: str, where: str, key: str | None = None
-) -> int:
+def _child(text: str, start: int, step: str | int, path: str, where: str) -> int:
     """Where the value of one path step begins, scanning the container at start."""
     opener = text[start : start + 1]
     if isinstance(step, int) and opener != "[":
@@ -293,19 +378,8 @@ def _child(
         raise _bad(path, f"{where}: .{step} names a key of something that is not an object")
     pos = _WS.match(text, start + 1).end()  # type: ignore[union-attr]
     index = 0
-    known: list[int] | None = None  # this scan's item starts (published when it ends)
-    if isinstance(step, int) and key is not None:
-        with _ITEMS_LOCK:
-            cached = _ITEMS.get((key, start), [])
-        if step < len(cached):
-            return cached[step]
-        known = list(cached)
-        if known:  # resume at the last item found before
-            index, pos = len(known) - 1, known[-1]
     try:
         while text[pos : pos + 1] not in ("]", "}", ""):
-            if known is not None and index == len(known):
-                known.append(pos)
             if isinstance(step, str):
                 name, pos = _DECODER.raw_decode(text, pos)
                 pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
@@ -323,18 +397,234 @@ def _child(
                 pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
     except (ValueError, RecursionError) as exc:
         raise _bad(path, f"the original is not valid JSON there: {exc}") from exc
-    finally:
-        if known is not None and key is not None:
-            with _ITEMS_LOCK:
-                if len(known) > len(_ITEMS.get((key, start), ())):
-                    _ITEMS[(key, start)] = known
-                if (key, start) in _ITEMS:
-                    _ITEMS.move_to_end((key, start))
-                while len(_ITEMS) > _ITEMS_SIZE:
-                    _ITEMS.popitem(last=False)
     if isinstance(step, int):
         raise _bad(path, f"{where}: index {step} is past the array's {index} item(s)")
     raise _bad(path, f"{where}: no key {step!r}")
+
+
+# --- the offset index of a JSON original -------------------------------------------------
+# One flat little-endian int64 array, stored beside the original (table original_index):
+#   header   MAGIC, chars of the text, number of containers, root container (-1: a scalar),
+#            root value start, root value end
+#   table    per container: kind (0 array, 1 object), members, where its members start
+#   members  array: value start, value end, child container (-1: not indexed)
+#            object: crc32 of the key, key start, value start, value end, child container;
+#                    sorted by (crc32, position), so the first of equal keys comes first
+# Indexed containers: the root, its first _DIRECT members (the top two levels of an
+# envelope such as {"results": [...]}) and every container of _BIG characters or more at
+# any depth. A slice scans only inside a container under _BIG, so its cost is bounded
+# however deep in the document the value sits.
+_MAGIC = 0x4A53_4958_0000_0001  # "JSIX", format 1
+_HEADER = 6
+_BIG = 65_536
+_DIRECT = 16
+_MAX_DEPTH = 64  # deeper containers are scanned (each level under it is bounded anyway)
+_LOOKBACK = 256
+
+
+def build_json_index(text: str) -> bytes:
+    """The offset index of a JSON text, in one pass (ValueError when it is not JSON)."""
+    ws = _WS.match
+    records: list[tuple[int, int, list[int]]] = []
+
+    def scan(start: int, depth: int, direct: int) -> tuple[int, int]:
+        # Members are decoded whole with raw_decode (C speed) unless they are among the
+        # `direct` first, which are scanned member by member (no second pass over them).
+        is_obj = text[start] == "{"
+        close = "}" if is_obj else "]"
+        pos = ws(text, start + 1).end()  # type: ignore[union-attr]
+        members: list[tuple[int, ...]] = []
+        if text[pos : pos + 1] != close:
+            while True:
+                key_start = pos
+                if is_obj:
+                    if text[pos : pos + 1] != '"':
+                        raise ValueError(f"expected a key at char {pos}")
+                    key, pos = _DECODER.raw_decode(text, pos)
+                    pos = ws(text, pos).end()  # type: ignore[union-attr]
+                    if text[pos : pos + 1] != ":":
+                        raise ValueError(f"expected ':' at char {pos}")
+                    pos = ws(text, pos + 1).end()  # type: ignore[union-attr]
+                opener = text[pos : pos + 1]
+                nested = opener in ("[", "{") and depth < _MAX_DEPTH
+                child = -1
+                if nested and len(members) < direct:
+                    end, child = scan(pos, depth + 1, 0)
+                else:
+                    _, end = _DECODER.raw_decode(text, pos)
+                    if nested and end - pos >= _BIG:
+                        _, child = scan(pos, depth + 1, 0)  # a second pass, over big ones only
+                if is_obj:
+                    crc = zlib.crc32(key.encode("utf-8", "surrogatepass"))
+                    members.append((crc, len(members), key_start, pos, end, child))
+                else:
+                    members.append((pos, end, child))
+                pos = ws(text, end).end()  # type: ignore[union-attr]
+                sep = text[pos : pos + 1]
+                if sep == ",":
+                    pos = ws(text, pos + 1).end()  # type: ignore[union-attr]
+                elif sep == close:
+                    break
+                else:
+                    raise ValueError(f"expected ',' or {close!r} at char {pos}")
+        flat: list[int] = []
+        if is_obj:
+            for m in sorted(members):
+                flat += (m[0], m[2], m[3], m[4], m[5])
+        else:
+            for m in members:
+                flat += m
+        records.append((1 if is_obj else 0, len(members), flat))
+        return pos + 1, len(records) - 1
+
+    root_start = ws(text, 0).end()  # type: ignore[union-attr]
+    if text[root_start : root_start + 1] in ("[", "{"):
+        root_end, root = scan(root_start, 0, _DIRECT)
+    else:
+        _, root_end = _DECODER.raw_decode(text, root_start)
+        root = -1
+    out = array("q", [_MAGIC, len(text), len(records), root, root_start, root_end])
+    at = _HEADER + 3 * len(records)
+    for kind, count, flat in records:
+        out += array("q", (kind, count, at))
+        at += len(flat)
+    for _, _, flat in records:
+        out += array("q", flat)
+    if sys.byteorder == "big":
+        out.byteswap()
+    return out.tobytes()
+
+
+def index_for(kind: str, text: str) -> bytes | None:
+    """The offset index a store keeps beside an original: json originals only."""
+    if kind != "json":
+        return None
+    try:
+        return build_json_index(text)
+    except (ValueError, RecursionError):
+        # Not JSON after all: no index, and a JSON-path slice reports the error where it is.
+        return None
+
+
+class JsonIndex:
+    """A stored offset index, read without copying its members (array('q') over the bytes)."""
+
+    __slots__ = ("a",)
+
+    def __init__(self, blob: bytes) -> None:
+        a = array("q")
+        a.frombytes(blob)
+        if sys.byteorder == "big":
+            a.byteswap()
+        if len(a) < _HEADER or a[0] != _MAGIC or len(a) < _HEADER + 3 * a[2]:
+            raise StoreError("a stored JSON offset index is not one (format or length)")
+        self.a = a
+
+    @property
+    def chars(self) -> int:
+        """Characters of the text the index was built from."""
+        return self.a[1]
+
+    def root(self) -> tuple[int, int, int]:
+        """(start, end, container) of the root value."""
+        return self.a[4], self.a[5], self.a[3]
+
+    def container(self, record: int) -> tuple[int, int, int]:
+        """(kind, members, where the members start) of an indexed container."""
+        if not 0 <= record < self.a[2]:
+            raise StoreError(f"a stored JSON offset index names container {record}, not stored")
+        at = _HEADER + 3 * record
+        return self.a[at], self.a[at + 1], self.a[at + 2]
+
+
+def _indexed_slice(
+    index: JsonIndex, read: Any, path: str, steps: list[str | int], name: str = "the original"
+) -> str:
+    """The value at steps, seeking through the index's levels, then scanning within."""
+    a = index.a
+    start, end, record = index.root()
+    for depth, step in enumerate(steps):
+        where = path if depth == len(steps) - 1 else _path_text(steps[: depth + 1])
+        if record < 0:  # below the indexed levels: scan inside this (bounded) value
+            return _scanned_value(_read_value(index, read, start, end, name), 0, steps, depth, path)
+        kind, count, at = index.container(record)
+        if isinstance(step, int):
+            if kind != 0:
+                raise _bad(path, f"{where}: [{step}] indexes something that is not an array")
+            if step >= count:
+                raise _bad(path, f"{where}: index {step} is past the array's {count} item(s)")
+            at += 3 * step
+            start, end, record = a[at], a[at + 1], a[at + 2]
+            continue
+        if kind != 1:
+            raise _bad(path, f"{where}: .{step} names a key of something that is not an object")
+        crc = zlib.crc32(step.encode("utf-8", "surrogatepass"))
+        lo, hi = 0, count
+        while lo < hi:  # the first member whose key has this crc32
+            mid = (lo + hi) // 2
+            if a[at + 5 * mid] < crc:
+                lo = mid + 1
+            else:
+                hi = mid
+        found = -1
+        for m in range(at + 5 * lo, at + 5 * count, 5):
+            if a[m] != crc:
+                break
+            if _stored_key(read(a[m + 1], a[m + 2]), a[m + 1], name) == step:
+                found = m
+                break
+        if found < 0:
+            raise _bad(path, f"{where}: no key {step!r}")
+        start, end, record = a[found + 2], a[found + 3], a[found + 4]
+    return _read_value(index, read, start, end, name)
+
+
+def _read_value(index: JsonIndex, read: Any, start: int, end: int, name: str) -> str:
+    """The text of a value at stored offsets, checked to be one value exactly there."""
+    # Read with up to _LOOKBACK characters before the value: what precedes a value must be
+    # `[`, `,` or `:` (after blanks), or it is the root; a start moved into a number or a
+    # string would not be.
+    back = min(start, _LOOKBACK) if start != index.root()[0] else 0
+    window = read(start - back, end)
+    text = window[back:]
+    _check_span(text, start, end, index, name)
+    before = window[:back].rstrip(" \t\n\r")
+    if back and (before[-1:] not in ("[", ",", ":") if before else start == back):
+        raise _corrupt(name, start, "no value starts there (not after '[', ',' or ':')")
+    if end - start <= _BIG:
+        # Decoded whole: a stored offset that is off would not end the value where stored.
+        try:
+            _, stop = _DECODER.raw_decode(text, 0)
+        except (ValueError, RecursionError) as exc:
+            raise _corrupt(name, start, f"no JSON value starts there ({exc})") from exc
+        if stop != len(text):
+            raise _corrupt(name, start, f"the value ends at {start + stop}, not {end}")
+    elif (text[0], text[-1]) not in (("[", "]"), ("{", "}")):
+        raise _corrupt(name, start, "a large value that is not a container")
+    return text
+
+
+def _stored_key(text: str, at: int, name: str) -> str:
+    """The key of an object member from its stored text (`"key" :` and blanks)."""
+    try:
+        key, stop = _DECODER.raw_decode(text, 0)
+    except (ValueError, RecursionError) as exc:
+        raise _corrupt(name, at, f"no key starts there ({exc})") from exc
+    if not isinstance(key, str) or text[stop:].strip(" \t\n\r") != ":":
+        raise _corrupt(name, at, "no key and ':' there")
+    return key
+
+
+def _check_span(text: str, start: int, end: int, index: JsonIndex, name: str) -> None:
+    if not 0 <= start < end <= index.chars or len(text) != end - start:
+        raise _corrupt(name, start, f"offsets {start}-{end} are outside its {index.chars} chars")
+
+
+def _corrupt(name: str, at: int, why: str) -> StoreError:
+    return StoreError(
+        f"the stored JSON offset index of {name} disagrees with it at char {at}: {why} "
+        "(the run store is damaged; deleting the original's row in original_index rebuilds it)"
+    )
 
 
 def export(store: PointerStore, run_id: str, *, with_text: bool = False) -> list[dict[str, Any]]:

@@ -241,6 +241,17 @@ class NoStore:
         """Nothing is kept."""
         return []
 
+    def get_index(self, run_id: str, pointer_id: str) -> tuple[str, bytes | None] | None:
+        """Nothing is kept."""
+        return None
+
+    def put_index(self, run_id: str, pointer_id: str, text: str, index: bytes) -> None:
+        """Keep nothing."""
+
+    def read_original(self, run_id: str, pointer_id: str, start: int, end: int) -> str:
+        """Nothing is kept."""
+        return ""
+
 
 def point(
     seg: Segment,

@@ -133,6 +133,7 @@ def test_a_store_written_before_the_append_only_schema_opens_and_its_run_resumes
         "m002_append_only",
         "m003_pointers",
         "m004_threads",
+        "m005_original_index",
     ]
     assert "inputs" not in [c[1] for c in conn.execute("PRAGMA table_info(runs)")]
     saved = store.load("old")
