@@ -234,6 +234,10 @@ def rehydrate(ctx: Any, pointer_id: str, part: str | None = None) -> str:
     store = store_of(ctx)
     if part is not None and part.strip().startswith("$"):
         return _rehydrate_json(ctx, store, pointer_id, part.strip())
+    lines = _LINES.match(part or "")
+    if lines is not None:
+        first = int(lines.group(1))
+        return _rehydrate_lines(ctx, store, pointer_id, first, int(lines.group(2) or first), part)
     hit = store.get_original(ctx.run_id, pointer_id)
     if hit is None:
         raise _unknown(ctx, pointer_id)
@@ -241,6 +245,29 @@ def rehydrate(ctx: Any, pointer_id: str, part: str | None = None) -> str:
     if part is None or not part.strip():
         return text
     return slice_text(text, part)
+
+
+def _rehydrate_lines(
+    ctx: Any, store: PointerStore, pointer_id: str, first: int, last: int, part: str | None
+) -> str:
+    """A `lines A-B` slice: through the stored line index, reading only the blocks it spans."""
+    found = store.get_index(ctx.run_id, pointer_id)
+    if found is None:
+        raise _unknown(ctx, pointer_id)
+    kind, index = found
+    if index is not None and is_line_index(index):
+        lines = LineIndex(index)
+        start, end, skipped = lines.span(first, last, part or f"lines {first}-{last}")
+        text = store.read_original(ctx.run_id, pointer_id, start, end)
+        return line_slice(text, first - skipped, last - skipped, part or "")
+    hit = store.get_original(ctx.run_id, pointer_id)
+    if hit is None:
+        raise _unknown(ctx, pointer_id)
+    kind, text = hit
+    if index is None and kind != "json" and len(text) >= _BIG:
+        # Stored before line indexes were: build it now, once, so the next slice seeks.
+        store.put_index(ctx.run_id, pointer_id, text, build_line_index(text))
+    return line_slice(text, first, last, part or "")
 
 
 def _unknown(ctx: Any, pointer_id: str) -> RunError:
@@ -257,7 +284,7 @@ def _rehydrate_json(ctx: Any, store: PointerStore, pointer_id: str, path: str) -
     if found is None:
         raise _unknown(ctx, pointer_id)
     kind, index = found
-    if index is not None:
+    if index is not None and not is_line_index(index):
 
         def read(start: int, end: int) -> str:
             return store.read_original(ctx.run_id, pointer_id, start, end)
@@ -496,9 +523,9 @@ def build_json_index(text: str) -> bytes:
 
 
 def index_for(kind: str, text: str) -> bytes | None:
-    """The offset index a store keeps beside an original: json originals only."""
+    """The offset index a store keeps beside an original: json paths or (big texts) lines."""
     if kind != "json":
-        return None
+        return build_line_index(text) if len(text) >= _BIG else None
     try:
         return build_json_index(text)
     except (ValueError, RecursionError):
@@ -649,3 +676,72 @@ def as_mapping(pointer: Pointer) -> Mapping[str, Any]:
         "lines": pointer.lines,
         "rehydrate": pointer.rehydrate,
     }
+
+
+# --- the line index of a big text original ---------------------------------------------
+# One flat little-endian int64 array: LINE_MAGIC, chars, lines (as line_slice counts them),
+# then where every _LINE_STEP-th line starts (lines 1, 1 + _LINE_STEP, ...). A `lines A-B`
+# slice reads the blocks from the one holding line A to the end of the one holding line B,
+# so its cost is bounded by the slice, not by the text. Texts under _BIG are read whole.
+_LINE_MAGIC = 0x4C49_4E45_0000_0001  # "LINE", format 1
+_LINE_HEADER = 3
+_LINE_STEP = 256
+
+
+def build_line_index(text: str) -> bytes:
+    """The line index of text: its line count and every _LINE_STEP-th line's start."""
+    starts = [0]
+    pos, line = 0, 1
+    find = text.find
+    while True:
+        pos = find("\n", pos) + 1
+        if pos == 0:
+            break
+        line += 1
+        if line % _LINE_STEP == 1 and pos < len(text):
+            starts.append(pos)
+    total = line - (1 if text.endswith("\n") else 0)
+    out = array("q", [_LINE_MAGIC, len(text), total, *starts])
+    if sys.byteorder == "big":
+        out.byteswap()
+    return out.tobytes()
+
+
+def is_line_index(blob: bytes) -> bool:
+    """Whether a stored index is a line index (else a JSON offset index)."""
+    head = array("q")
+    head.frombytes(blob[:8])
+    if sys.byteorder == "big":
+        head.byteswap()
+    return len(head) == 1 and head[0] == _LINE_MAGIC
+
+
+class LineIndex:
+    """A stored line index."""
+
+    __slots__ = ("a",)
+
+    def __init__(self, blob: bytes) -> None:
+        a = array("q")
+        a.frombytes(blob)
+        if sys.byteorder == "big":
+            a.byteswap()
+        if len(a) < _LINE_HEADER + 1 or a[0] != _LINE_MAGIC:
+            raise StoreError("a stored line index is not one (format or length)")
+        blocks = (max(a[2], 1) - 1) // _LINE_STEP + 1
+        if len(a) != _LINE_HEADER + blocks:
+            raise StoreError(
+                f"a stored line index holds {len(a) - _LINE_HEADER} block starts for "
+                f"{a[2]} lines (store damaged)"
+            )
+        self.a = a
+
+    def span(self, first: int, last: int, part: str) -> tuple[int, int, int]:
+        """(start, end, lines before start) of the blocks holding lines first..last."""
+        a, total = self.a, self.a[2]
+        if first < 1 or last < first or last > total:
+            raise _bad(part, f"the text has lines 1-{total}")
+        k = (first - 1) // _LINE_STEP
+        after = last // _LINE_STEP + 1  # the block after the one holding line `last`
+        end = a[_LINE_HEADER + after] if _LINE_HEADER + after < len(a) else a[1]
+        return a[_LINE_HEADER + k], end, k * _LINE_STEP
