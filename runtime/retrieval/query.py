@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 
@@ -104,6 +105,84 @@ def kinds_in(query: str) -> list[str]:
     )
 
 
+# Words that open a question. A query opening otherwise is a keyword query
+# ("customer lifetime value view"), where every kind word is the kind asked for.
+_QUESTION_OPENERS = frozenset(
+    [
+        "how",
+        "what",
+        "which",
+        "where",
+        "who",
+        "whom",
+        "whose",
+        "why",
+        "when",
+        "is",
+        "are",
+        "does",
+        "do",
+        "did",
+        "can",
+        "could",
+        "should",
+        "would",
+        "will",
+        "in",
+        "on",
+        "for",
+        "from",
+        "by",
+        "to",
+        "list",
+        "show",
+        "find",
+        "give",
+        "tell",
+        "explain",
+    ]
+)
+# How far after "which"/"what" the asked kind may stand: "which stored procedure",
+# "which user-defined data type", "which repository methods".
+_HEAD_WORDS = 4
+
+
+def asked_kinds(query: str) -> list[str]:
+    """Node kinds a question asks for, in order: the kinds it names as what it wants.
+
+    A kind word asks for that kind in the question's head ("Which table type passes ...",
+    "What partition scheme ...") or beside a name ("the Orders table"); elsewhere it names
+    something the answer works on ("how do I check that a table is empty?" wants a
+    procedure, not a table). A keyword query ("customer lifetime value view") has no
+    grammar to read: every kind word counts, as in kinds_in.
+    """
+    words = WORD.findall(query)
+    lower = [w.lower() for w in words]
+    if not lower or lower[0] not in _QUESTION_OPENERS:
+        return kinds_in(query)
+    names = {w.lower() for w in named_words(query)}
+    asked: list[str] = []
+    for i, w in enumerate(lower):
+        kinds = KIND_WORDS.get(w, ())
+        if not kinds:
+            continue
+        head = any(
+            lower[j] in ("which", "what") for j in range(max(0, i - _HEAD_WORDS), i)
+        ) and not any(lower[j] in STOPWORDS - {"which", "what"} for j in _between(lower, i))
+        beside = (i > 0 and lower[i - 1] in names) or (i + 1 < len(lower) and lower[i + 1] in names)
+        if head or beside:
+            asked += kinds
+    return list(dict.fromkeys(asked))
+
+
+def _between(lower: list[str], i: int) -> range:
+    """Indexes of the words between the last "which"/"what" before word i and word i."""
+    for j in range(i - 1, max(-1, i - _HEAD_WORDS - 1), -1):
+        if lower[j] in ("which", "what"):
+            return range(j + 1, i)
+    return range(0)
+
+
 def named_words(query: str) -> list[str]:
     """Words a question writes as names: `Orders` mid-sentence, `BasketService`, `usp_X`.
 
@@ -142,7 +221,10 @@ def query_terms(query: str) -> tuple[list[str], list[str]]:
         if len(parts) == 1:
             word = parts[0]
             base = word[:-2]
-            if word.endswith("ed") and len(base) > 2 and base[-1] == base[-2]:
+            if word in IRREGULAR:
+                # Porter leaves "sent" as "sent"; the code says Send, SendAll, SendAsync.
+                terms.append(f'("{word}" OR "{IRREGULAR[word]}")')
+            elif word.endswith("ed") and len(base) > 2 and base[-1] == base[-2]:
                 # Porter reads "added" as "ad" but "add" (AddItem) as "add": a base that
                 # ends in a doubled letter is searched too.
                 terms.append(f'("{word}" OR "{base}")')
@@ -165,6 +247,88 @@ def query_terms(query: str) -> tuple[list[str], list[str]]:
             if len(a) > 3 and a.endswith("s") and not a.endswith("ss"):
                 pairs.append(f'"{a[:-1]}{b}"')
     return list(dict.fromkeys(terms)), list(dict.fromkeys(pairs))
+
+
+# Irregular past forms a question uses where code names the verb ("how are webhooks sent"
+# -> SendAll, "where is it written" -> Write): Porter stems regular inflections only. Forms
+# that are also common nouns or the base itself (read, set, put, run, left) are left out,
+# and those whose base is a stop word (done, found, got, shown, told).
+IRREGULAR = {
+    "sent": "send",
+    "built": "build",
+    "written": "write",
+    "wrote": "write",
+    "made": "make",
+    "kept": "keep",
+    "thrown": "throw",
+    "threw": "throw",
+    "taken": "take",
+    "took": "take",
+    "held": "hold",
+    "sold": "sell",
+    "bought": "buy",
+    "paid": "pay",
+    "lost": "lose",
+    "chosen": "choose",
+    "given": "give",
+    "gave": "give",
+    "spent": "spend",
+    "brought": "bring",
+    "caught": "catch",
+    "drawn": "draw",
+    "known": "know",
+    "begun": "begin",
+    "began": "begin",
+    "sought": "seek",
+    "hidden": "hide",
+    "driven": "drive",
+    "fed": "feed",
+}
+
+
+def word_stem(word: str) -> str:
+    """A word without its inflection, to compare a question's words with a name's parts.
+
+    Deliberately small and the same on both sides ("faked", "fakes" and "fake" -> "fak";
+    "runs" -> "run"; "added" -> "add"): it only decides which name parts a question says.
+    """
+    w = word.lower()
+    w = IRREGULAR.get(w, w)
+    if len(w) > 4 and w.endswith("ies"):
+        w = w[:-3] + "y"
+    elif len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+        w = w[:-1]
+    for suffix in ("ing", "ed"):
+        if len(w) > len(suffix) + 2 and w.endswith(suffix):
+            w = w[: -len(suffix)]
+            break
+    if len(w) > 3 and w.endswith("e"):
+        w = w[:-1]
+    return w
+
+
+def question_stems(query: str) -> frozenset[str]:
+    """The stems of a question's informative words (identifiers split into their parts)."""
+    out = set()
+    for word in WORD.findall(query):
+        for part in split_identifier(word):
+            if part not in STOPWORDS and len(part) > 1:
+                out.add(word_stem(part))
+    return frozenset(out)
+
+
+def name_cover(name: str, stems: frozenset[str]) -> tuple[int, int]:
+    """(parts of a name the question says, informative parts of the name)."""
+    parts = _name_stems(name)
+    return len(parts & stems), len(parts)
+
+
+@functools.lru_cache(maxsize=65536)
+def _name_stems(name: str) -> frozenset[str]:
+    """The stems of a name's informative parts (names recur in every search: cached)."""
+    return frozenset(
+        word_stem(p) for p in split_identifier(name) if p not in STOPWORDS and len(p) > 1
+    )
 
 
 def fts_query(query: str, mode: str = "any") -> str:

@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.retrieval.node import Scope, meta_token
 from runtime.retrieval.query import (
+    asked_kinds,
     fts_query,
     kinds_in,
+    name_cover,
     named_words,
     query_terms,
+    question_stems,
     without_kind_words,
 )
 from runtime.retrieval.words import split_identifier
@@ -33,6 +36,7 @@ FUSION_K = 5
 PASS_WEIGHTS = {
     "named": 3.0,  # a name the question writes: the strongest evidence there is
     "joined": 1.0,  # words joined into the identifier they may spell
+    "spelled": 1.0,  # a name the question spells out in words (see _spelled)
     "kind": 1.5,  # of a kind the question names, with every informative word (or any)
     "all": 1.0,  # every informative word
     "most": 1.0,  # every informative word but one (questions hold words code never says)
@@ -58,6 +62,16 @@ CHILD_KINDS = frozenset(
     }
 )
 
+# Members of a type (C#): searched as themselves, but when several of one type match they
+# are evidence for the type, which is returned in their place with the members under
+# `children` (see _members).
+MEMBER_KINDS = frozenset({"method", "property", "field", "event", "operator", "destructor"})
+TYPE_KINDS = ("class", "record", "struct", "interface")
+# Matching members of one type from which they fold in: two are often one overload pair
+# (Save, SaveAsync) or a coincidence of shared words; three make the type the subject.
+MEMBER_FOLD = 3
+_OVERLOAD = re.compile(r"#\d+$")
+
 # A constructor restates its type (its name is the type's name, and the type's searchable
 # text holds its signature): it is searched as part of the type, in the same file.
 _CTOR = re.compile(r"\.[^.]+\.ctor(?:#\d+)?$")
@@ -74,6 +88,13 @@ def is_test_path(path: str) -> bool:
     return bool(_TEST_PART.search(path))
 
 
+def is_test_node(path: str, kind: str, name: str) -> bool:
+    """Whether a node is test code: in a test file (is_test_path) or a tSQLt test procedure."""
+    # tSQLt runs every procedure of a test class whose name begins with "test" (`[MyTests].
+    # [test it adds a row]`): test code wherever its file lies (the classifier's rule too).
+    return is_test_path(path) or (kind == "procedure" and name.lower().startswith("test"))
+
+
 # Hits of one file beyond the per-file cap have their score multiplied by this, once per
 # hit of the same file already ranked (see _finish): one file cannot fill the list while
 # other files match, yet a script holding a whole database still fills it when nothing
@@ -85,6 +106,13 @@ FILE_PENALTY = 0.5
 # only the semantic list finds (what BM25 cannot: "empty the shopping cart" -> ClearAsync)
 # scores 1/61 and loses to anything both lists hold, however low (2/80 at rank 20).
 HYBRID_RRF_K = 5
+
+# The spelled pass (_spelled): name parts a question must say, the nodes whose names it
+# reads at most (those whose name holds two of the question's words), and the postings
+# budget of the words it looks for.
+SPELLED_MIN = 2
+SPELLED_CANDIDATES = 5000
+SPELLED_POSTINGS = 4000
 
 # Hits each pass and each search type contributes to the fusion, at least.
 MIN_POOL = 20
@@ -124,7 +152,7 @@ def _demote_tests(
 ) -> dict[str, float]:
     """Scores with test code's lowered to TEST_PENALTY of themselves (see is_test_path)."""
     return {
-        nid: _lowered(s, TEST_PENALTY) if is_test_path(info[nid][0]) else s
+        nid: _lowered(s, TEST_PENALTY) if is_test_node(*info[nid]) else s
         for nid, s in scores.items()
     }
 
@@ -132,7 +160,7 @@ def _demote_tests(
 def _tests_down(hits: list[dict[str, Any]], pool: int) -> list[dict[str, Any]]:
     """One pass's hits re-ordered with test code's scores lowered (TEST_PENALTY), first pool."""
     for h in hits:
-        if is_test_path(h["path"]):
+        if is_test_node(h["path"], h["kind"], h["name"]):
             h["score"] = _lowered(h["score"], TEST_PENALTY)
     return sorted(hits, key=lambda h: (-h["score"], h["id"]))[:pool]
 
@@ -222,10 +250,18 @@ class SearchPasses:
         with a new label committed in between would otherwise be matched unfiltered.
         """
         with self._snapshot():
-            scores, info = self._bm25_fused(query, scope, top_k, filters)
-            return self._rank(
+            scores, info, skipped = self._bm25_fused(query, scope, top_k, filters)
+            hits = self._rank(
                 scores, info, scope=scope, top_k=top_k, filters=filters, per_file=per_file
             )
+            if len(hits) < top_k and skipped:
+                # Folding members into their types left fewer than top_k things: the
+                # looser passes were skipped on the count before folding, so run them.
+                scores, info, _ = self._bm25_fused(query, scope, top_k, filters, loose=True)
+                hits = self._rank(
+                    scores, info, scope=scope, top_k=top_k, filters=filters, per_file=per_file
+                )
+            return hits
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
@@ -248,9 +284,16 @@ class SearchPasses:
             db.rollback()  # read-only: ending it is all there is to do
 
     def _bm25_fused(
-        self, query: str, scope: Scope, top_k: int, filters: dict[str, Any] | None
-    ) -> tuple[dict[str, float], dict[str, tuple[str, str, str]]]:
-        """(node id -> fused score, node id -> (path, kind, name)) over every pass that applies.
+        self,
+        query: str,
+        scope: Scope,
+        top_k: int,
+        filters: dict[str, Any] | None,
+        loose: bool = False,
+    ) -> tuple[dict[str, float], dict[str, tuple[str, str, str]], bool]:
+        """(node id -> fused score, node id -> (path, kind, name), whether a looser pass was
+        skipped) over every pass that applies; loose: run the looser passes whatever the
+        stricter ones found.
 
         Each pass is a ranked list of up to `pool` hits; a node's score is the sum over the
         passes that found it of PASS_WEIGHTS[pass] / (FUSION_K + its rank there). BM25
@@ -266,10 +309,11 @@ class SearchPasses:
             # Twice the pool, so test code ranked down still leaves `pool` hits.
             return _tests_down(self._bm25(match, scope, 2 * pool, flt), pool)
 
+        lists.append(("spelled", _tests_down(self._spelled(query, scope, 2 * pool, filters), pool)))
         joined = fts_query(query, "joined")
         if joined:
             lists.append(("joined", ranked(joined, filters)))
-        kinds = kinds_in(query)
+        kinds = asked_kinds(query)
         if kinds and not (filters or {}).get("kind"):
             by_kind = {**(filters or {}), "kind": kinds}
             # A kind pass already selects the kind: the word naming it would only add noise.
@@ -285,12 +329,17 @@ class SearchPasses:
         # The looser passes rank many more nodes (most of the search time): they run only
         # while the stricter ones found fewer than top_k nodes, as the passes did before
         # they were fused. Skipping one leaves out a list, never reorders the others.
-        if len(every) < top_k:
+        skipped = False
+        if len(every) < top_k or loose:
             most = self._informative_all(query, missing=1)
             if most:
                 lists.append(("most", ranked(most, filters)))
-        if len({h["id"] for _, hits in lists for h in hits}) < top_k:
+        else:
+            skipped = True
+        if len({h["id"] for _, hits in lists for h in hits}) < top_k or loose:
             lists.append(("any", ranked(self._selective_any(query), filters)))
+        else:
+            skipped = True
         scores: dict[str, float] = {}
         info: dict[str, tuple[str, str, str]] = {}
         for name, hits in lists:
@@ -298,7 +347,7 @@ class SearchPasses:
             for rank, h in enumerate(hits, 1):
                 scores[h["id"]] = scores.get(h["id"], 0.0) + weight / (FUSION_K + rank)
                 info[h["id"]] = (h["path"], h["kind"], h["name"])
-        return scores, info
+        return scores, info, skipped
 
     def _parents(
         self, ids: Sequence[str], scope: Scope, filters: dict[str, Any] | None
@@ -346,6 +395,53 @@ class SearchPasses:
                 out[child] = (found[0], found[1], found[2], found[3])
         return out
 
+    def _members(
+        self,
+        scores: dict[str, float],
+        info: dict[str, tuple[str, str, str]],
+        scope: Scope,
+        filters: dict[str, Any] | None,
+    ) -> dict[str, tuple[str, str, str, str]]:
+        """member id -> (type id, path, kind, name) for the members that fold into their type.
+
+        A type (class, record, struct, interface) in the member's file whose qualified name
+        is the member's without its last part takes the member in when at least MEMBER_FOLD
+        of its members are hits: several matching members say the type is the answer ("how
+        does X cache items" matches its GetById, Edit and Create), and five hits are then
+        five different things. Fewer stay themselves.
+        """
+        ids = sorted(i for i in scores if info[i][1] in MEMBER_KINDS)
+        if not ids:
+            return {}
+        where, args = self._scope_sql(scope)
+        fsql, fargs = self._filter_sql(filters)
+        db = self.conn()
+        owners: dict[tuple[str, str, str, str], list[str]] = {}
+        marks = ",".join("?" * len(ids))
+        for nid, repository, snapshot, path, qualified in db.execute(
+            "SELECT id, repository, snapshot, path, qualified_name FROM nodes "
+            f"WHERE id IN ({marks})",
+            ids,
+        ).fetchall():
+            owner = _OVERLOAD.sub("", qualified).rpartition(".")[0]
+            if owner:
+                owners.setdefault((repository, snapshot, path, owner), []).append(nid)
+        out: dict[str, tuple[str, str, str, str]] = {}
+        kinds = ",".join("?" * len(TYPE_KINDS))
+        for (repository, snapshot, path, owner), members in sorted(owners.items()):
+            if len(members) < MEMBER_FOLD:
+                continue
+            found = db.execute(
+                "SELECT n.id, n.path, n.kind, n.name FROM nodes n WHERE n.repository = ? "
+                f"AND n.snapshot = ? AND n.path = ? AND n.qualified_name = ? AND n.kind IN "
+                f"({kinds}) AND {where}{fsql} ORDER BY n.id LIMIT 1",
+                [repository, snapshot, path, owner, *TYPE_KINDS, *args, *fargs],
+            ).fetchone()
+            if found:
+                for m in members:
+                    out[m] = (found[0], found[1], found[2], found[3])
+        return out
+
     def _rank(
         self,
         scores: dict[str, float],
@@ -372,6 +468,7 @@ class SearchPasses:
         parents = self._parents(
             sorted(i for i in scores if info[i][1] in CHILD_KINDS), scope, filters
         )
+        parents.update(self._members(scores, info, scope, filters))
         merged: dict[str, float] = {}
         for nid, score in scores.items():
             parent = parents.get(nid)
@@ -449,6 +546,63 @@ class SearchPasses:
         kinds = kinds_in(query)
         rows.sort(key=lambda r: (r[3] not in kinds, scores.get(r[0], 0.0), r[1]))
         return [_hit(i, r[1], -scores.get(r[0], 0.0), *r[2:5]) for i, r in enumerate(rows[:limit])]
+
+    def _spelled(
+        self, query: str, scope: Scope, limit: int, filters: dict[str, Any] | None
+    ) -> list[dict[str, Any]]:
+        """Nodes whose own name the question spells out in words, best covered first.
+
+        A name is its author's summary of the code: `AssertEmptyTable` for "check that a
+        table is empty", `NewTestClass` for "create a new test class". A node qualifies
+        when the question says at least SPELLED_MIN of its name's parts and more than half
+        of them; it ranks by the share of its name the question says (`RunAll` before
+        `Private_RunAll`), then by how many parts, then by id. One-word names never
+        qualify: one shared word is what every other pass already weighs. Candidates are
+        nodes whose names hold two of the question's words (at most SPELLED_CANDIDATES),
+        the commonest words left out within a postings budget.
+        """
+        terms, _ = query_terms(query)
+        if len(terms) < SPELLED_MIN:
+            return []
+        # Matching costs time per node holding a word: the words are taken rarest first
+        # while their nodes add up to at most SPELLED_POSTINGS (as in _selective_any).
+        stats = self._stats()
+        counted = sorted((self._doc_count(stats, t, SPELLED_POSTINGS), t) for t in terms)
+        kept: list[str] = []
+        total = 0
+        for df, term in counted:
+            if total + df > SPELLED_POSTINGS:
+                break
+            kept.append(term)
+            total += df
+        if len(kept) < SPELLED_MIN:
+            return []
+        stems = question_stems(query)
+        pairs = " OR ".join(f"({a} AND {b})" for i, a in enumerate(kept) for b in kept[i + 1 :])
+        need, hidden = self._meta_match(scope, filters)
+        expr = f"(name : ({pairs}))" + (f" AND {need}" if need else "")
+        if hidden:
+            expr = f"({expr}) NOT {hidden}"
+        prefix = (filters or {}).get("path_prefix") or ""
+        # Unranked: BM25 over every match costs three times the match itself, and the
+        # order here is the names' cover, not BM25.
+        rows = (
+            self.conn()
+            .execute(
+                "SELECT n.id, n.path, n.kind, n.name FROM nodes_fts f "
+                "JOIN nodes n ON n.rowid = f.rowid WHERE nodes_fts MATCH ? LIMIT ?",
+                (expr, SPELLED_CANDIDATES),
+            )
+            .fetchall()
+        )
+        ranked = []
+        for nid, path, kind, name in rows:
+            said, parts = name_cover(name, stems)
+            if said >= SPELLED_MIN and 2 * said > parts and path.startswith(prefix):
+                ranked.append((-said / parts, -said, nid, path, kind, name))
+        ranked.sort(key=lambda r: r[:3])
+        # The order is the ranking (scores count down); _tests_down halves test code's.
+        return [_hit(i, r[2], float(len(ranked) - i), *r[3:]) for i, r in enumerate(ranked[:limit])]
 
     def _selective_any(self, query: str) -> str:
         """The any-word expression over the most selective words, within a postings budget.
