@@ -22,7 +22,7 @@ from runtime.retrieval.query import (
     question_stems,
     without_kind_words,
 )
-from runtime.retrieval.words import split_identifier
+from runtime.retrieval.words import WORD, split_identifier
 
 # Nodes the any-word pass ranks at most (see SqliteNodeStore._selective_any).
 ANY_PASS_POSTINGS = 4000
@@ -561,7 +561,9 @@ class SearchPasses:
         nodes whose names hold two of the question's words (at most SPELLED_CANDIDATES),
         the commonest words left out within a postings budget.
         """
-        terms, _ = query_terms(query)
+        # Plain words only: an identifier the question writes is the named pass's.
+        plain = " ".join(w for w in WORD.findall(query) if len(split_identifier(w)) == 1)
+        terms, _ = query_terms(plain)
         if len(terms) < SPELLED_MIN:
             return []
         # Matching costs time per node holding a word: the words are taken rarest first

@@ -93,6 +93,9 @@ def test_a_name_the_question_spells_ranks_by_the_share_it_says(tmp_path):
     # most of a name, and RunNew shares one word only.
     assert [h["name"] for h in hits] == ["RunAll", "Private_RunAll", "Private_RunAllTestsNow"]
     assert [h["rank"] for h in hits] == [1, 2, 3]
+    with store._snapshot():
+        # Identifiers the question writes are the named pass's, not spelled out in words.
+        assert store._spelled("Where is RunAll or Private_RunAll?", R, 10, None) == []
     top = store.search("Which procedure runs all the tests?", scope=R, top_k=3, per_file=0)
     assert "RunAll" in [h["name"] for h in top]
 
