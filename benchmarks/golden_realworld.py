@@ -1,10 +1,11 @@
 """Recall@5 and MRR of BM25, semantic and hybrid search on golden questions over real code.
 
 Run: python benchmarks/golden_realworld.py [--corpora /tmp/corpora] [--index PATH]
-         [--types bm25,semantic,hybrid] [-v]
+         [--types bm25,semantic,hybrid] [--questions PATH] [-v]
 
 The questions (tests/data/golden/questions.json, written and committed before they were
-first run) name the node(s) that answer them. Each corpus folder under --corpora (wwi,
+first run; --questions tests/data/golden/heldout.json for the held-out set, never used to
+tune the ranking) name the node(s) that answer them. Each corpus folder under --corpora (wwi,
 tsqlt, aw, eshop, eshoponweb, cleanarch; see docs/code-understanding.md) is indexed as its
 own repository; with semantic or hybrid in --types the index stores all-MiniLM-L6-v2
 vectors (about 10 node texts/s on 2 cores: index once with --index and reuse it). A
@@ -113,10 +114,11 @@ def main() -> None:
         "read from the first that holds it; missing ones are indexed into the first)",
     )
     ap.add_argument("--types", default="bm25,semantic,hybrid")
+    ap.add_argument("--questions", default=str(QUESTIONS), help="golden questions JSON file")
     ap.add_argument("-v", action="store_true", help="list every miss with its top 5")
     args = ap.parse_args()
     types = args.types.split(",")
-    questions = json.loads(QUESTIONS.read_text())
+    questions = json.loads(Path(args.questions).read_text())
     embedder = minilm() if {"semantic", "hybrid"} & set(types) else None
     paths = (args.index or "/tmp/golden-realworld.db").split(",")
     stores: dict[str, Any] = {}
