@@ -7,14 +7,15 @@ catch starts from clean state (Amazon States Language semantics).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from runtime.contract.action import ENGINE_OWNED
 from runtime.contract.message import Message
 from runtime.engine.inbox import Inbox
-from runtime.engine.state import JSON_SCALARS, RunState, check_json
+from runtime.engine.state import RunState, check_json
+from runtime.engine.trace import AS_VALUE, summarize
 from runtime.errors import StateError
 
 if TYPE_CHECKING:
@@ -26,24 +27,33 @@ if TYPE_CHECKING:
 _MISSING: Any = ...
 NO_ARRIVAL: Mapping[str, str] = MappingProxyType({})  # the entry step's, a short form's
 _DELETED = object()
+# Written values that are JSON as they stand and that a STEP event's `wrote` records as
+# themselves; a write of anything else asks for the summaries (`_summarize`).
+_AS_ITSELF: frozenset[type] = frozenset({int, bool, type(None)})
 
 
 class Context:
     """One attempt of one step visit.
 
-    The engine keeps one Context per run and resets it for each attempt (`begin`), so a
-    step costs no new object; an action must not keep its ctx after `run` returns.
+    The engine keeps one Context per run, so a step costs no new object; an action must
+    not keep its ctx after `run` returns. After an attempt that succeeded the engine
+    applies what was staged (plain writes itself, anything more through `commit`); after
+    one that failed it calls `discard`. Either way the next attempt starts with nothing
+    staged and nothing read, and the engine only sets its step, messages and attempt.
     """
 
     __slots__ = (
         "_counters",
         "_deleted",
         "_inbox",
+        "_more",
         "_no_messages",
         "_sends",
         "_state",
+        "_summarize",
         "_thread_appends",
         "_tracer",
+        "_variables",
         "_writes",
         "arrival",
         "arrival_from",
@@ -55,7 +65,6 @@ class Context:
         "read",
         "resumed",
         "run_id",
-        "sent",
         "services",
         "settings",
         "step",
@@ -79,17 +88,26 @@ class Context:
         self.pipeline = pipeline
         self.services = services
         self._state = state
+        self._variables = state.variables  # (the engine never replaces it during a run)
         self._inbox = inbox
         self._tracer = tracer
         self._writes: dict[str, Any] = {}
         self._sends: list[tuple[str, str, dict[str, Any], int]] = []
         self._counters: dict[str, int] = {}
-        self._deleted = False
+        # Set when anything but plain writes is staged (a delete, a send, a counter or a
+        # thread change): only then does the engine call commit; plain writes it applies
+        # itself (Engine._loop, the same steps as commit's first part).
+        self._more = False
+        # Set when a staged write is not an int, bool or null, so `wrote` needs summaries.
+        self._summarize = False
         self._no_messages: list[Message] = []
-        self.read: set[str] = set()
-        self.sent: Sequence[Message] = ()  # the messages the last commit enqueued
+        # The names read, in the order of the reads, repeats kept: an append is the cheapest
+        # record (the engine compares it with the step's last visit and sorts it only when
+        # it differs, see _Plan.reads).
+        self.read: list[str] = []
         # The transition taken into the current step: its long-form attributes (fidelity,
-        # thread_id) and the step it came from. The engine sets both before each visit.
+        # thread_id) and the step it came from. The engine sets both as the step before
+        # chooses this one (or a catch does), and at the start of a run or a resume.
         self.arrival: Mapping[str, str] = NO_ARRIVAL
         self.arrival_from: str | None = None
         # Completed steps from the trace (set by the engine when an action reads history) and
@@ -102,7 +120,8 @@ class Context:
     def begin(
         self, step_id: str, config: Mapping[str, Any], messages: list[Message], attempt: int
     ) -> None:
-        """Start an attempt: nothing staged, nothing read."""
+        """Start an attempt (a retry; the engine's loop starts a visit inline): nothing staged."""
+        self.discard()
         self.step_id = step_id
         self.step = config
         if not messages:  # one empty list serves every step without messages...
@@ -111,30 +130,38 @@ class Context:
                 messages = self._no_messages = []
         self.messages = messages
         self.attempt = attempt
-        # The containers are reused, emptied here: a failed attempt's staged changes never
-        # reach the next attempt or step (commit hands on copies, never the containers).
+
+    def discard(self) -> None:
+        """Drop everything the attempt staged and read (after a failed attempt).
+
+        After a commit nothing is staged, so the engine's loop starts the next visit by
+        setting step_id, step, messages and attempt itself, with no call (see Engine._loop);
+        a failed attempt is discarded before anything else happens (retry, catch or raise).
+        """
+        # The containers are emptied here, never handed on: a failed attempt's staged
+        # changes never reach the next attempt or step.
         if self._writes:
             self._writes.clear()
-            self._deleted = False
-        if self._sends:
+            self._summarize = False
+        if self._more:
             self._sends.clear()
-        if self._counters:
             self._counters.clear()
+            self._thread_appends = None
+            self._more = False
         if self.read:
             self.read.clear()
-        self._thread_appends = None
 
     # --- variables -----------------------------------------------------------
     def get(self, name: str, default: Any = _MISSING) -> Any:
         """Read a state variable; without a default a missing one raises VARIABLE_MISSING."""
-        self.read.add(name)
+        self.read.append(name)
         writes = self._writes
         if writes and name in writes:
             value = writes[name]
             if value is not _DELETED:
                 return value
         else:
-            value = self._state.variables.get(name, _MISSING)  # no JSON value is `...`
+            value = self._variables.get(name, _MISSING)  # no JSON value is `...`
             if value is not _MISSING:
                 return value
         if default is _MISSING:
@@ -147,13 +174,13 @@ class Context:
 
     def variables(self) -> Mapping[str, Any]:
         """A read-only view of the committed variables (for preambles; reads are not tracked)."""
-        return MappingProxyType(self._state.variables)
+        return MappingProxyType(self._variables)
 
     def has(self, name: str) -> bool:
         """True when the state variable is set."""
         if name in self._writes:
             return self._writes[name] is not _DELETED
-        return name in self._state.variables
+        return name in self._variables
 
     def set(self, name: str, value: Any) -> None:
         """Stage a write; engine-owned names raise STATE_PROTECTED."""
@@ -163,8 +190,11 @@ class Context:
                 code="STATE_PROTECTED",
                 step_id=self.step_id,
             )
-        if type(value) not in JSON_SCALARS:  # the message is built only for a value that fails
-            check_json(value, f"variable {name!r}", self.step_id)
+        kind = type(value)
+        if kind not in _AS_ITSELF:  # the trace records a summary (or, a float, walks it)
+            if kind is not str:  # the message is built only for a value that fails
+                check_json(value, f"variable {name!r}", self.step_id)
+            self._summarize = True
         self._writes[name] = value
 
     def delete(self, name: str) -> None:
@@ -176,7 +206,7 @@ class Context:
                 step_id=self.step_id,
             )
         self._writes[name] = _DELETED
-        self._deleted = True
+        self._more = True
 
     # --- inbox ---------------------------------------------------------------
     def enqueue(self, target_step_id: str, topic: str, payload: Mapping[str, Any]) -> Message:
@@ -184,6 +214,7 @@ class Context:
         data = dict(payload)
         check_json(data, f"inbox payload for {target_step_id!r}", self.step_id)
         self._sends.append((target_step_id, topic, data, 1))
+        self._more = True
         return Message("pending", self.step_id, target_step_id, topic, data, 1)
 
     def requeue(self, message: Message) -> Message:
@@ -191,6 +222,7 @@ class Context:
         self._sends.append(
             (message.target_step_id, message.topic, dict(message.payload), message.attempt + 1)
         )
+        self._more = True
         return Message(
             "pending",
             self.step_id,
@@ -214,6 +246,7 @@ class Context:
         """Stage a counter increment (by `by`) and return the new value."""
         value = self.counter(name) + by
         self._counters[name] = value
+        self._more = True
         return value
 
     # --- history and threads (docs/fidelity.md) -------------------------------
@@ -233,46 +266,57 @@ class Context:
         if self._thread_appends is None:
             self._thread_appends = []
         self._thread_appends.append((thread_id, data))
+        self._more = True
 
     def mark_resume_handled(self) -> None:
         """Stage the end of the after-resume state (the one degraded `full` step has run)."""
         if self._thread_appends is None:
             self._thread_appends = []
         self._thread_appends.append(("", []))  # "" marks the resume handled; no thread is ""
+        self._more = True
 
     # --- engine side ---------------------------------------------------------
-    def commit(self) -> Collection[str]:
-        """Apply staged changes; return the written names, sorted (sent messages: `sent`)."""
+    def commit(self) -> dict[str, Any]:
+        """Apply the staged changes; return the STEP event's `wrote` (names sorted).
+
+        The general path, for an attempt that staged more than plain writes (`_more`);
+        the engine's loop applies plain writes itself, in the same steps. Afterwards
+        nothing is staged (the names read stay in `read` for the engine's event, which
+        empties it). Messages sent are enqueued and traced (INBOX_ENQUEUE).
+        """
+        # The staged dict itself becomes the event's `wrote` (its values replaced by
+        # summaries where they are not numbers, booleans or null); the next attempt stages
+        # into a new one.
         writes = self._writes
+        self._writes = {}
+        self._more = self._summarize = False
         if writes:
-            variables = self._state.variables
-            if self._deleted:
-                for name, value in writes.items():
-                    if value is _DELETED:
-                        variables.pop(name, None)
-                    else:
-                        variables[name] = value
-            else:
-                variables.update(writes)
-            # One name needs no sorting and no list: the dict itself is handed on (emptied
-            # by the next begin(), after the engine has read it).
-            names: Collection[str] = writes if len(writes) == 1 else sorted(writes)
-        else:
-            names = ()
+            variables = self._variables
+            for name, value in writes.items():
+                if value is _DELETED:
+                    variables.pop(name, None)
+                else:
+                    variables[name] = value
+            if self._state.dirty is not None:
+                self._state.dirty.update(writes)
+            if len(writes) > 1:
+                writes = {name: writes[name] for name in sorted(writes)}
+            for name, value in writes.items():
+                if type(value) not in AS_VALUE:  # replacing values while iterating is safe
+                    writes[name] = {"deleted": True} if value is _DELETED else summarize(value)
         if self._counters:
             self._state.counters.update(self._counters)
+            self._counters.clear()
         if self._thread_appends:
             for thread_id, data in self._thread_appends:
                 if thread_id:
                     self._state.threads.setdefault(thread_id, []).extend(data)
                 else:
                     self.resumed = False
-        self.sent = (
-            [
-                self._inbox.enqueue(self.step_id, target, topic, payload, attempt)
-                for target, topic, payload, attempt in self._sends
-            ]
-            if self._sends
-            else ()
-        )
-        return names
+        self._thread_appends = None
+        if self._sends:
+            sends, self._sends = self._sends, []
+            for target, topic, payload, attempt in sends:
+                message = self._inbox.enqueue(self.step_id, target, topic, payload, attempt)
+                self._tracer.emit("INBOX_ENQUEUE", self.step_id, message=message.to_dict())
+        return writes

@@ -55,19 +55,22 @@ class Tracer:
         return out
 
 
-SCALAR_NAMES = {int: "int", bool: "bool", float: "float", type(None): "NoneType"}
+# What a STEP event's `wrote` holds for each written name: a number, boolean or null as the
+# value itself (small, and what a reader of the trace wants to see); a string, list or object
+# as a summary object (its size, not its content, which may be megabytes); a deleted variable
+# as {"deleted": true}. A reader tells them apart by JSON type: only those are objects.
+AS_VALUE: frozenset[type] = frozenset({int, bool, float, type(None)})
 
 
-def summarize(value: Any) -> dict[str, Any]:
-    """A short description of a variable for the trace (type and size, not the value)."""
-    scalar = SCALAR_NAMES.get(type(value))  # the common case first: one lookup
-    if scalar is not None:
-        return {"type": scalar, "value": value}
+def summarize(value: Any) -> Any:
+    """What `wrote` records for a value: a scalar itself, else its type and size (see AS_VALUE)."""
+    if type(value) in AS_VALUE:  # the common case first: one lookup
+        return value
     if isinstance(value, str):
         return {"type": "str", "chars": len(value)}
-    if isinstance(value, list | dict):
+    if isinstance(value, list | tuple | dict):
         return {"type": type(value).__name__, "items": len(value)}
-    return {"type": type(value).__name__, "value": value}
+    return {"type": type(value).__name__, "value": value}  # a subclass of int or float
 
 
 def without_timing(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
