@@ -383,20 +383,18 @@ def test_a_batch_over_the_budget_is_compacted_on_demand(code_qa, billing, tmp_pa
     ledger += [f"method::Acme.Billing.LedgerPoster.PostTranche{n}" for n in range(3)]
     # First try: SQL is compacted past 70% of the budget, C# waits for the demand.
     # Second try, with the demand: C# too.
-    assert [(n["id"], n["policy"], n["compacted"]) for n in budgets[2]["nodes"]] == [
-        ("acme::main::" + ledger[0], "threshold", True),
-        *(("acme::main::" + x, "demand", False) for x in ledger[1:]),
-    ]
+    # (The methods come folded under their class when three match, MEMBER_FOLD, and reach
+    # the context through the graph: the same nodes, the class no longer first of them.)
+    got = [(n["id"], n["policy"], n["compacted"]) for n in budgets[2]["nodes"]]
+    assert got[0] == ("acme::main::" + ledger[0], "threshold", True)
+    assert sorted(got[1:]) == sorted(("acme::main::" + x, "demand", False) for x in ledger[1:])
     assert [n["compacted"] for n in budgets[3]["nodes"]] == [True, True, True, True, True]
     state = result.state
     settlement = [f"acme::main::doc::docs/settlement.md#Settlement step {s}" for s in range(1, 7)]
     refunds = [f"acme::main::doc::docs/refunds.md#Refund step {s}" for s in range(1, 7)]
-    assert ids(state["context_blocks"]) == [
-        *settlement,
-        *refunds,
-        MARKER,
-        *("acme::main::" + x for x in ledger),
-    ]
+    kept_ids = ids(state["context_blocks"])
+    assert kept_ids[:-4] == [*settlement, *refunds, MARKER, "acme::main::" + ledger[0]]
+    assert sorted(kept_ids[-4:]) == sorted("acme::main::" + x for x in ledger[1:])
     assert [b.split("\n")[4] for b in state["context_blocks"][-5:]] == ["compact: true"] * 5
     assert state["node_texts"] == []
     counter = get_counter("cl100k_base")
