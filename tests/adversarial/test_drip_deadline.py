@@ -25,9 +25,9 @@ from runtime.engine.services import Services
 from runtime.errors import ModelTimeoutError
 from runtime.retrieval.embeddings import OpenAIEmbedder
 
-TICK = 0.1  # seconds between dripped bytes
+TICK = 0.05  # seconds between dripped bytes
 GIVE_UP = 8.0  # the server completes its reply after this long (only code without a deadline waits)
-DEADLINE = 0.4
+DEADLINE = 0.25
 HANG_UP_WAIT = 10.0  # a generous cap on waiting for the server to notice the cut connection
 
 REPLY = json.dumps(

@@ -100,7 +100,12 @@ def check_every_path(doc: str, index: bytes) -> int:
     return count
 
 
-@pytest.mark.parametrize("big", [24, 256, ptr._BIG])
+SLOW_PINS = (pytest.mark.slow, pytest.mark.pins)  # docs/testing.md: the fast subset keeps one
+
+
+@pytest.mark.parametrize(
+    "big", [24, pytest.param(256, marks=SLOW_PINS), pytest.param(ptr._BIG, marks=SLOW_PINS)]
+)
 def test_indexed_slices_equal_scanned_slices_and_json_loads_navigation(monkeypatch, big):
     # A small _BIG indexes containers at every depth, so the seeking paths are all exercised.
     monkeypatch.setattr(ptr, "_BIG", big)

@@ -56,7 +56,16 @@ TEXTS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(TEXTS))
+FAST = {"novel", f"exactly {STEP} lines", f"{STEP} lines and one"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        n if n in FAST else pytest.param(n, marks=(pytest.mark.slow, pytest.mark.pins))
+        for n in sorted(TEXTS)
+    ],
+)
 def test_every_slice_through_the_index_equals_the_slice_of_the_whole_text(name, monkeypatch):
     text = TEXTS[name]
     assert len(text) >= ptr._BIG  # big enough to be indexed

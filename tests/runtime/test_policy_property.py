@@ -81,7 +81,7 @@ def frozen(messages: list[pol.PromptMessage]) -> list[tuple[str, str]]:
 
 
 CASES = 1500
-CHUNK = 300
+CHUNK = 150
 # The first chunk is in the fast subset; the rest are `slow` (seconds each) and `pins`
 # (the mutation tool runs them). Chunks also spread the cases over the test workers.
 SLOW_PINS = (pytest.mark.slow, pytest.mark.pins)
@@ -152,7 +152,7 @@ def check_case(n: int) -> str:
 
 
 RUNS = 300
-RUN_CHUNK = 100
+RUN_CHUNK = 50
 
 
 @pytest.mark.parametrize("chunk", chunks(RUNS, RUN_CHUNK))
