@@ -12,13 +12,12 @@ import json
 import random
 import re
 import sqlite3
-import subprocess
 import sys
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
+import pointer_support as support
 import pytest
+from pointer_support import ctx_of, paths
 
 from runtime.context import pointers as ptr
 from runtime.context.pointers import JsonIndex, build_json_index, json_slice
@@ -26,18 +25,6 @@ from runtime.engine.store import CHUNK, MIGRATIONS, SqliteRunStore
 from runtime.errors import RunError, StoreError
 
 ODD = ["a]b", 'q"uo\\te', "{x}", "é ü ß", "😀 emoji", "tab\tnew\nline", "[", "", "a,b:c"]
-
-
-def paths(value: Any, path: str = "$"):
-    """Every (path, value) of a JSON value, in document order."""
-    yield path, value
-    if isinstance(value, dict):
-        for k, v in value.items():
-            step = f".{k}" if k.isidentifier() else f"[{json.dumps(k)}]"
-            yield from paths(v, path + step)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from paths(v, f"{path}[{i}]")
 
 
 def random_value(rng: random.Random, depth: int) -> Any:
@@ -196,10 +183,6 @@ def test_a_slice_reads_only_around_the_value():
     assert '"id": 3000' in item and '"id": 2999' not in item and '"id": 3001' not in item
 
 
-def ctx_of(store: Any, run_id: str = "r") -> SimpleNamespace:
-    return SimpleNamespace(services=SimpleNamespace(pointers=store), run_id=run_id, step_id="s")
-
-
 BIG_DOC = json.dumps(
     {"query": "q", "results": [{"id": i, "t": "é[" + "x" * (i % 50)} for i in range(4000)]},
     indent=1,
@@ -208,9 +191,7 @@ BIG_DOC = json.dumps(
 
 
 def put(store: Any, text: str, kind: str = "json") -> str:
-    pid, sha = ptr.pointer_id_of(text)
-    store.put_original("r", pid, sha, kind, text)
-    return pid
+    return support.put(store, text, kind)
 
 
 def test_the_memory_store_keeps_the_index_and_slices_through_it(monkeypatch):
@@ -243,28 +224,9 @@ def test_the_sqlite_store_keeps_index_and_chunks_and_a_new_process_seeks(tmp_pat
         assert store.read_original("r", pid, start, end) == BIG_DOC[start:end]
     store.close()
     # A new process: nothing in memory; the index comes from disk and no whole text is read.
-    code = f"""
-import json, sys
-from types import SimpleNamespace
-from runtime.context import pointers as ptr
-from runtime.engine.store import SqliteRunStore
-store = SqliteRunStore({db!r}, create=False)
-def refuse(*a):
-    raise AssertionError("the whole original was loaded")
-store.get_original = refuse
-ctx = SimpleNamespace(services=SimpleNamespace(pointers=store), run_id="r", step_id="s")
-for i in (0, 1234, 3999):
-    sys.stdout.write(ptr.rehydrate(ctx, {pid!r}, f"$.results[{{i}}].t") + "\\n")
-"""
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).parents[2],
-    ).stdout
-    want = [json_slice(BIG_DOC, f"$.results[{i}].t") for i in (0, 1234, 3999)]
-    assert out.splitlines() == want
+    parts = [f"$.results[{i}].t" for i in (0, 1234, 3999)]
+    out = support.slices_in_a_new_process(db, pid, parts)
+    assert out == [json_slice(BIG_DOC, part) for part in parts]
 
 
 def old_store(db: str, text: str, kind: str = "json") -> str:

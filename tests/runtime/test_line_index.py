@@ -11,13 +11,12 @@ from __future__ import annotations
 import lzma
 import random
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
+import pointer_support as support
 import pytest
+from pointer_support import ctx_of
 
 from runtime.context import pointers as ptr
 from runtime.context.pointers import LineIndex, build_line_index, line_slice
@@ -34,14 +33,8 @@ def total_lines(text: str) -> int:
     return len(text.split("\n")) - (1 if text.endswith("\n") else 0)
 
 
-def ctx_of(store: Any) -> SimpleNamespace:
-    return SimpleNamespace(services=SimpleNamespace(pointers=store), run_id="r", step_id="s")
-
-
 def put(store: Any, text: str, kind: str = "text") -> str:
-    pid, sha = ptr.pointer_id_of(text)
-    store.put_original("r", pid, sha, kind, text)
-    return pid
+    return support.put(store, text, kind)
 
 
 TEXTS = {
@@ -130,28 +123,13 @@ def test_the_sqlite_store_keeps_the_line_index_and_a_new_process_seeks(tmp_path)
     pid = put(store, NOVEL)
     assert ptr.is_line_index(store.get_index("r", pid)[1])
     store.close()
-    code = f"""
-import sys
-from types import SimpleNamespace
-from runtime.context import pointers as ptr
-from runtime.engine.store import SqliteRunStore
-store = SqliteRunStore({db!r}, create=False)
-def refuse(*a):
-    raise AssertionError("the whole original was loaded")
-store.get_original = refuse
-ctx = SimpleNamespace(services=SimpleNamespace(pointers=store), run_id="r", step_id="s")
-for part in ("lines 1-3", "lines 5000-5040", "lines 13000-13100"):
-    sys.stdout.write(ptr.rehydrate(ctx, {pid!r}, part))
-"""
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).parents[2],
-    ).stdout
-    want = line_slice(NOVEL, 1, 3) + line_slice(NOVEL, 5000, 5040) + line_slice(NOVEL, 13000, 13100)
-    assert out == want
+    parts = ["lines 1-3", "lines 5000-5040", "lines 13000-13100"]
+    out = support.slices_in_a_new_process(db, pid, parts)
+    assert out == [
+        line_slice(NOVEL, 1, 3),
+        line_slice(NOVEL, 5000, 5040),
+        line_slice(NOVEL, 13000, 13100),
+    ]
 
 
 def test_an_original_stored_before_line_indexes_is_indexed_on_its_first_lines_slice(tmp_path):

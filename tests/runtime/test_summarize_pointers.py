@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
+from pointer_support import paths
 
 from runtime.context import pointers as ptr
 from runtime.context.pointers import hunk_slice, json_slice, line_slice, slice_text
@@ -17,18 +18,6 @@ REAL = Path(__file__).parents[1] / "data" / "summaries"
 
 def real(name: str) -> str:
     return (REAL / name).read_text(encoding="utf-8")
-
-
-def paths(value, path="$"):
-    """Every path of a JSON value (breadth is small in the fixtures)."""
-    yield path, value
-    if isinstance(value, dict):
-        for k, v in value.items():
-            step = f".{k}" if k.isidentifier() else f"[{json.dumps(k)}]"
-            yield from paths(v, path + step)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from paths(v, f"{path}[{i}]")
 
 
 def test_every_json_path_slices_to_its_value_scanned_or_indexed():
