@@ -517,9 +517,23 @@ def build_json_index(text: str) -> bytes:
         at += len(flat)
     for _, _, flat in records:
         out += array("q", flat)
+    return _packed(out)
+
+
+def _packed(values: array[int]) -> bytes:
+    """int64s as stored: little-endian whatever the machine."""
     if sys.byteorder == "big":
-        out.byteswap()
-    return out.tobytes()
+        values.byteswap()
+    return values.tobytes()
+
+
+def _int64s(blob: bytes) -> array[int]:
+    """The int64s of a stored index (little-endian)."""
+    a = array("q")
+    a.frombytes(blob)
+    if sys.byteorder == "big":
+        a.byteswap()
+    return a
 
 
 def index_for(kind: str, text: str) -> bytes | None:
@@ -539,10 +553,7 @@ class JsonIndex:
     __slots__ = ("a",)
 
     def __init__(self, blob: bytes) -> None:
-        a = array("q")
-        a.frombytes(blob)
-        if sys.byteorder == "big":
-            a.byteswap()
+        a = _int64s(blob)
         if len(a) < _HEADER or a[0] != _MAGIC or len(a) < _HEADER + 3 * a[2]:
             raise StoreError("a stored JSON offset index is not one (format or length)")
         self.a = a
@@ -701,19 +712,12 @@ def build_line_index(text: str) -> bytes:
         if line % _LINE_STEP == 1 and pos < len(text):
             starts.append(pos)
     total = line - (1 if text.endswith("\n") else 0)
-    out = array("q", [_LINE_MAGIC, len(text), total, *starts])
-    if sys.byteorder == "big":
-        out.byteswap()
-    return out.tobytes()
+    return _packed(array("q", [_LINE_MAGIC, len(text), total, *starts]))
 
 
 def is_line_index(blob: bytes) -> bool:
     """Whether a stored index is a line index (else a JSON offset index)."""
-    head = array("q")
-    head.frombytes(blob[:8])
-    if sys.byteorder == "big":
-        head.byteswap()
-    return len(head) == 1 and head[0] == _LINE_MAGIC
+    return len(blob) >= 8 and _int64s(blob[:8])[0] == _LINE_MAGIC
 
 
 class LineIndex:
@@ -722,10 +726,7 @@ class LineIndex:
     __slots__ = ("a",)
 
     def __init__(self, blob: bytes) -> None:
-        a = array("q")
-        a.frombytes(blob)
-        if sys.byteorder == "big":
-            a.byteswap()
+        a = _int64s(blob)
         if len(a) < _LINE_HEADER + 1 or a[0] != _LINE_MAGIC:
             raise StoreError("a stored line index is not one (format or length)")
         blocks = (max(a[2], 1) - 1) // _LINE_STEP + 1
