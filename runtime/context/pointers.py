@@ -528,7 +528,9 @@ def _packed(values: array[int]) -> bytes:
 
 
 def _int64s(blob: bytes) -> array[int]:
-    """The int64s of a stored index (little-endian)."""
+    """The int64s of a stored index (little-endian); a torn blob is a damaged store."""
+    if len(blob) % 8:
+        raise StoreError(f"a stored index of {len(blob)} bytes is not whole int64s (store damaged)")
     a = array("q")
     a.frombytes(blob)
     if sys.byteorder == "big":

@@ -159,3 +159,19 @@ def test_a_damaged_line_index_is_detected():
         LineIndex(blob[:-8])  # a block start missing
     with pytest.raises(StoreError, match="not one"):
         LineIndex(b"\0" * 32)
+
+
+@pytest.mark.parametrize("cut", [1, 7, 12])
+def test_a_torn_stored_index_is_a_store_error_not_a_traceback(tmp_path, cut):
+    """An index blob cut mid-number (a damaged store) is STORE_ERROR, for either kind."""
+    doc = "[" + ",".join(str(i) for i in range(20_000)) + "]"
+    store = SqliteRunStore(str(tmp_path / "runs.db"))
+    for text, kind, part in ((NOVEL, "text", "lines 3-4"), (doc, "json", "$[5]")):
+        pid = put(store, text, kind)
+        blob = store.get_index("r", pid)[1]
+        sha = ptr.pointer_id_of(text)[1]
+        store._conn().execute(
+            "UPDATE original_index SET offsets = ? WHERE sha256 = ?", (blob[:-cut], sha)
+        )
+        with pytest.raises(StoreError, match="not whole int64s"):
+            ptr.rehydrate(ctx_of(store), pid, part)
