@@ -86,6 +86,7 @@ def evaluate(
         if not expected:
             raise SystemExit(f"no node for {item['expect']} in {item['repo']}: index the corpus")
         found: list[int | None] = []
+        lists = []
         for top_k in (5, 10):  # recall@5 from a list of 5, as a user asks; MRR from 10
             hits = store.search(
                 item["q"],
@@ -95,6 +96,9 @@ def evaluate(
                 embedder=embedder,
             )
             found.append(found_rank(hits, expected))
+            lists.append(hits)
+        if lists[0] != lists[1][:5]:  # one ranking: top_k cuts it, never reorders it
+            print(f"NOT A PREFIX {kind} [{item['repo']}] {item['q']}")
         out.setdefault(item["lang"], []).append((found[0], found[1]))
         if verbose and found[0] is None:
             print(f"MISS {kind} [{item['repo']}] {item['q']} (rank in top 10: {found[1]})")

@@ -7,7 +7,7 @@ import contextlib
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -119,8 +119,15 @@ SPELLED_MIN = 2
 SPELLED_CANDIDATES = 5000
 SPELLED_POSTINGS = 4000
 
-# Hits each pass and each search type contributes to the fusion, at least.
-MIN_POOL = 20
+# The ranking does not depend on top_k (a 5-hit list is the first five of a 10-hit one):
+# it is computed to a fixed depth, each pass and search type contributing HEAD_POOL hits,
+# and the looser passes (most, any) join while the stricter ones found fewer than
+# LOOSE_GATE nodes. A list longer than that first ranking continues, below it, with one
+# computed deeper (max(TAIL_POOL, 3 * top_k) hits per list, every pass), without the nodes
+# the first one lists (see _layered).
+HEAD_POOL = 20
+TAIL_POOL = 100
+LOOSE_GATE = 5
 
 
 # BM25 column weights: names count four times the body; the meta column (scope and filter
@@ -140,10 +147,45 @@ def _hit(index: int, nid: str, score: float, path: str, kind: str, name: str) ->
     }
 
 
-def _pool(top_k: int) -> int:
-    """Hits each pass or search type ranks for the fusion: enough to fill top_k after
-    children are folded into parents and the per-file cap."""
-    return max(top_k * 3, MIN_POOL)
+def _layered(
+    ranked: Callable[[int, bool], list[dict[str, Any]]], top_k: int
+) -> list[dict[str, Any]]:
+    """The first top_k hits of ranked(HEAD_POOL, False), continued when it has fewer by
+    ranked(deeper pool, True) without what it lists, scored below its last hit.
+
+    ranked(pool, loose) is a whole ranking (every candidate, best first) with each list
+    `pool` deep; loose: the looser passes run whatever the stricter ones found. The head
+    never depends on top_k, so asking for more hits never reorders the first ones.
+    """
+    head = ranked(HEAD_POOL, False)
+    if len(head) >= top_k:
+        return head[:top_k]
+    # A node the head folded under a parent is folded in the deeper ranking too (a child's
+    # parent does not depend on the pool, and a type's matching members only grow with
+    # it): dropping the head's ids drops them. A member the head lists as itself may fold
+    # there into a new parent, which then lists only the members not already shown.
+    seen = {h["id"] for h in head}
+    tail: list[dict[str, Any]] = []
+    for h in ranked(max(TAIL_POOL, 3 * top_k), True):
+        if len(head) + len(tail) == top_k:
+            break
+        if h["id"] in seen:
+            continue
+        kids = [c for c in h.get("children") or () if c not in seen]
+        if kids:
+            h["children"] = kids
+        else:
+            h.pop("children", None)
+        tail.append(h)
+    if head and tail and tail[0]["score"] >= head[-1]["score"]:
+        # Shifted, not scaled: keeps the tail's order and gaps whatever the scores' sign.
+        shift = tail[0]["score"] - head[-1]["score"] + 1e-6
+        for h in tail:
+            h["score"] = round(h["score"] - shift, 6)
+    out = head + tail
+    for i, h in enumerate(out):
+        h["rank"] = i + 1
+    return out
 
 
 def _lowered(score: float, factor: float) -> float:
@@ -254,19 +296,34 @@ class SearchPasses:
         are read from the statistics and written into each MATCH expression, so a node
         with a new label committed in between would otherwise be matched unfiltered.
         """
+
         with self._snapshot():
-            scores, info, skipped = self._bm25_fused(query, scope, top_k, filters)
-            hits = self._rank(
-                scores, info, scope=scope, top_k=top_k, filters=filters, per_file=per_file
+            return _layered(
+                lambda pool, loose: self._bm25_ranking(
+                    query, scope, filters, per_file, pool, None if loose else LOOSE_GATE
+                ),
+                top_k,
             )
-            if len(hits) < top_k and skipped:
-                # Folding members into their types left fewer than top_k things: the
-                # looser passes were skipped on the count before folding, so run them.
-                scores, info, _ = self._bm25_fused(query, scope, top_k, filters, loose=True)
-                hits = self._rank(
-                    scores, info, scope=scope, top_k=top_k, filters=filters, per_file=per_file
-                )
-            return hits
+
+    def _bm25_ranking(
+        self,
+        query: str,
+        scope: Scope,
+        filters: dict[str, Any] | None,
+        per_file: int,
+        pool: int,
+        gate: int | None,
+    ) -> list[dict[str, Any]]:
+        """The whole BM25 ranking, each pass `pool` deep; the looser passes run while the
+        stricter ones found fewer than `gate` nodes (None: always)."""
+        scores, info, skipped = self._bm25_fused(query, scope, pool, filters, gate)
+        hits = self._rank(scores, info, scope=scope, filters=filters, per_file=per_file)
+        if gate is not None and len(hits) < gate and skipped:
+            # Folding members into their types left fewer than `gate` things: the looser
+            # passes were skipped on the count before folding, so run them.
+            scores, info, _ = self._bm25_fused(query, scope, pool, filters, None)
+            hits = self._rank(scores, info, scope=scope, filters=filters, per_file=per_file)
+        return hits
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
@@ -292,20 +349,19 @@ class SearchPasses:
         self,
         query: str,
         scope: Scope,
-        top_k: int,
+        pool: int,
         filters: dict[str, Any] | None,
-        loose: bool = False,
+        gate: int | None,
     ) -> tuple[dict[str, float], dict[str, tuple[str, str, str]], bool]:
         """(node id -> fused score, node id -> (path, kind, name), whether a looser pass was
-        skipped) over every pass that applies; loose: run the looser passes whatever the
-        stricter ones found.
+        skipped) over every pass that applies; the looser passes run while the stricter
+        ones found fewer than `gate` nodes (None: whatever they found).
 
         Each pass is a ranked list of up to `pool` hits; a node's score is the sum over the
         passes that found it of PASS_WEIGHTS[pass] / (FUSION_K + its rank there). BM25
         scores of different passes are not comparable (an AND of five words scores more
         than any one word), their ranks are.
         """
-        pool = _pool(top_k)
         lists: list[tuple[str, list[dict[str, Any]]]] = [
             ("named", self._named(query, scope, pool, filters))
         ]
@@ -331,17 +387,17 @@ class SearchPasses:
             lists.append(("kind", hits))
         every = ranked(self._informative_all(query), filters)
         lists.append(("all", every))
-        # The looser passes rank many more nodes (most of the search time): they run only
-        # while the stricter ones found fewer than top_k nodes, as the passes did before
-        # they were fused. Skipping one leaves out a list, never reorders the others.
+        # The looser passes rank many more nodes (most of the search time) and add noise to a
+        # ranking the stricter ones already fill: they run only while those found fewer
+        # than `gate` nodes. Skipping one leaves out a list, never reorders the others.
         skipped = False
-        if len(every) < top_k or loose:
+        if gate is None or len(every) < gate:
             most = self._informative_all(query, missing=1)
             if most:
                 lists.append(("most", ranked(most, filters)))
         else:
             skipped = True
-        if len({h["id"] for _, hits in lists for h in hits}) < top_k or loose:
+        if gate is None or len({h["id"] for _, hits in lists for h in hits}) < gate:
             lists.append(("any", ranked(self._selective_any(query), filters)))
         else:
             skipped = True
@@ -453,12 +509,11 @@ class SearchPasses:
         info: dict[str, tuple[str, str, str]],
         *,
         scope: Scope,
-        top_k: int,
         filters: dict[str, Any] | None,
         per_file: int,
         children: dict[str, list[str]] | None = None,
     ) -> list[dict[str, Any]]:
-        """The final list: children folded into their parents, then the per-file cap.
+        """The whole ranking: children folded into their parents, then the per-file cap.
 
         A parent scores the best of its own score and its matching children's, and lists
         those children (best first) under `children`. Then hits are taken best first;
@@ -487,7 +542,7 @@ class SearchPasses:
         order = sorted(merged, key=lambda i: (-merged[i], i))
         taken: dict[str, int] = {}
         out: list[dict[str, Any]] = []
-        while order and len(out) < top_k:
+        while order:
             best, best_score = 0, float("-inf")
             for k, nid in enumerate(order):
                 score = merged[nid]
@@ -753,29 +808,44 @@ class SearchPasses:
     ) -> list[dict[str, Any]]:
         """Cosine-similarity hits over stored vectors of the embedder's model (children
         folded into parents and the per-file cap as for BM25)."""
+        with self._snapshot():
+            ranker = self._semantic_ranker(query, scope, embedder, filters, per_file)
+            return _layered(lambda pool, _loose: ranker(pool), top_k)
+
+    def _semantic_ranker(
+        self,
+        query: str,
+        scope: Scope,
+        embedder: Any,
+        filters: dict[str, Any] | None,
+        per_file: int,
+    ) -> Callable[[int], list[dict[str, Any]]]:
+        """pool -> the whole semantic ranking of the `pool` nearest vectors (read once)."""
         from runtime.retrieval.embeddings import cosine_top
 
         where, args = self._scope_sql(scope)
         fsql, fargs = self._filter_sql(filters)
-        with self._snapshot():
-            rows = (
-                self.conn()
-                .execute(
-                    "SELECT n.id, v.vector, n.path, n.kind, n.name FROM vectors v "
-                    f"JOIN nodes n ON n.rowid = v.node WHERE v.model = ? AND {where}{fsql}",
-                    [embedder.name, *args, *fargs],
-                )
-                .fetchall()
+        rows = (
+            self.conn()
+            .execute(
+                "SELECT n.id, v.vector, n.path, n.kind, n.name FROM vectors v "
+                f"JOIN nodes n ON n.rowid = v.node WHERE v.model = ? AND {where}{fsql}",
+                [embedder.name, *args, *fargs],
             )
-            if not rows:
-                return []
-            [qvec] = embedder.embed([query])
-            best = cosine_top(qvec, [r[1] for r in rows], _pool(top_k))
+            .fetchall()
+        )
+        if not rows:
+            return lambda pool: []
+        [qvec] = embedder.embed([query])
+        vectors = [r[1] for r in rows]
+
+        def ranked(pool: int) -> list[dict[str, Any]]:
+            best = cosine_top(qvec, vectors, pool)
             info = {rows[i][0]: (rows[i][2], rows[i][3], rows[i][4]) for i, _ in best}
             scores = _demote_tests({rows[i][0]: s for i, s in best}, info)
-            return self._rank(
-                scores, info, scope=scope, top_k=top_k, filters=filters, per_file=per_file
-            )
+            return self._rank(scores, info, scope=scope, filters=filters, per_file=per_file)
+
+        return ranked
 
     def search(
         self,
@@ -808,35 +878,36 @@ class SearchPasses:
                 filters=filters,
                 per_file=per_file,
             )
-        pool = _pool(top_k)
-        # Uncapped lists: the cap applies once, to the fused ranking.
-        lists = [
-            (1.0, self.bm25(query, scope=scope, top_k=pool, filters=filters, per_file=0)),
-            (
-                HYBRID_SEMANTIC_WEIGHT,
-                self.semantic(
-                    query, scope=scope, top_k=pool, embedder=embedder, filters=filters, per_file=0
+
+        def ranked(pool: int, loose: bool) -> list[dict[str, Any]]:
+            # Each list is `pool` long, cut from a ranking three times deeper (what folding
+            # and the looser passes need to fill it), uncapped: the cap applies once, to
+            # the fused ranking. BM25's looser passes join while its stricter ones found
+            # fewer than `pool` nodes: the semantic list is there for what they miss.
+            lists = [
+                (
+                    1.0,
+                    self._bm25_ranking(query, scope, filters, 0, 3 * pool, None if loose else pool)[
+                        :pool
+                    ],
                 ),
-            ),
-        ]
-        fused: dict[str, float] = {}
-        info: dict[str, tuple[str, str, str]] = {}
-        children: dict[str, list[str]] = {}
-        for weight, hits in lists:
-            for h in hits:
-                fused[h["id"]] = fused.get(h["id"], 0.0) + weight / (rrf_k + h["rank"])
-                info[h["id"]] = (h["path"], h["kind"], h["name"])
-                if h.get("children"):
-                    children[h["id"]] = list(
-                        dict.fromkeys(children.get(h["id"], []) + h["children"])
-                    )
-        with self._snapshot():
+                (HYBRID_SEMANTIC_WEIGHT, semantic(3 * pool)[:pool]),
+            ]
+            fused: dict[str, float] = {}
+            info: dict[str, tuple[str, str, str]] = {}
+            children: dict[str, list[str]] = {}
+            for weight, hits in lists:
+                for rank, h in enumerate(hits, 1):
+                    fused[h["id"]] = fused.get(h["id"], 0.0) + weight / (rrf_k + rank)
+                    info[h["id"]] = (h["path"], h["kind"], h["name"])
+                    if h.get("children"):
+                        children[h["id"]] = list(
+                            dict.fromkeys(children.get(h["id"], []) + h["children"])
+                        )
             return self._rank(
-                fused,
-                info,
-                scope=scope,
-                top_k=top_k,
-                filters=filters,
-                per_file=per_file,
-                children=children,
+                fused, info, scope=scope, filters=filters, per_file=per_file, children=children
             )
+
+        with self._snapshot():
+            semantic = self._semantic_ranker(query, scope, embedder, filters, 0)
+            return _layered(ranked, top_k)

@@ -379,3 +379,135 @@ def test_runtime_search_shows_children_and_takes_the_cap(runner, shop):
     paths = [[h["path"] for h in json.loads(r.output)["hits"]] for r in (capped, uncapped)]
     assert paths[0].count("Database/Billing/InvoiceWriter.sql") == 2
     assert paths[1].count("Database/Billing/InvoiceWriter.sql") == 3
+
+
+# Asked-for lengths up to where the deeper ranking's pool (TAIL_POOL) stops depending on them.
+PREFIX_LENGTHS = (1, 3, 5, 8, 10, 20, 33)
+
+
+def _assert_prefixes(search, q: str) -> None:
+    """Every shorter list is the start of the longest: same nodes, scores, children."""
+    longest = search(q, PREFIX_LENGTHS[-1])
+    _assert_one_ranking(longest, PREFIX_LENGTHS[-1])
+    for k in PREFIX_LENGTHS[:-1]:
+        assert search(q, k) == longest[:k], (q, k)
+
+
+@pytest.mark.parametrize("per_file", [0, 2])
+def test_a_shorter_bm25_list_is_the_start_of_a_longer_one(sample_index, per_file):
+    """top_k cuts the ranking, never changes it: the passes and pools do not depend on it."""
+    scope = Scope("eshop", "main")
+    longer = 0
+    for q in _questions(40 + per_file, 30):
+        _assert_prefixes(
+            lambda q, k: sample_index.search(q, scope=scope, top_k=k, per_file=per_file), q
+        )
+        longer += len(sample_index.search(q, scope=scope, top_k=33, per_file=per_file)) > 20
+    assert longer >= 10  # lists that reach past the first ranking's pool are tried too
+
+
+@pytest.mark.parametrize("kind", ["semantic", "hybrid"])
+def test_a_shorter_semantic_or_hybrid_list_is_the_start_of_a_longer_one(
+    tmp_path, hashing_embedder, kind
+):
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    index_paths(store, [str(REALWORLD / "wwi")], repository="wwi", embedder=hashing_embedder)
+    for q in _questions(11, 15):
+        _assert_prefixes(
+            lambda q, k: store.search(
+                q, scope=Scope("wwi"), top_k=k, search_type=kind, embedder=hashing_embedder
+            ),
+            q,
+        )
+
+
+def test_a_list_longer_than_the_first_ranking_continues_below_it(sample_index, monkeypatch):
+    """Past the first ranking the list goes on with a deeper one: no repeats, lower scores."""
+    scope = Scope("eshop", "main")
+    monkeypatch.setattr(search_module, "HEAD_POOL", 2)  # a first ranking of a few hits
+    q = "order basket stock payment customer"
+    head = sample_index._bm25_ranking(q, scope, None, 2, 2, search_module.LOOSE_GATE)
+    hits = sample_index.search(q, scope=scope, top_k=20)
+    _assert_one_ranking(hits, 20)
+    assert 0 < len(head) < len(hits) == 20
+    assert hits[: len(head)] == head
+    listed = {h["id"] for h in head} | {c for h in head for c in h.get("children", ())}
+    tail = hits[len(head) :]
+    assert not listed & ({h["id"] for h in tail} | {c for h in tail for c in h.get("children", ())})
+    assert tail[0]["score"] < head[-1]["score"]
+
+
+# A zoo of small C# files: `filler` classes that share no word with the questions below
+# (so "quokka" and "wombat" stay rare, informative words), and the classes each test needs.
+def _zoo(tmp_path: Path, files: dict[str, str]) -> object:
+    root = tmp_path / "zoo"
+    root.mkdir()
+    for i in range(24):
+        (root / f"Filler{i}.cs").write_text(
+            f"namespace Zoo;\npublic class Filler{i}\n{{\n    public int Count{i}() => {i};\n}}\n"
+        )
+    for name, text in files.items():
+        (root / name).write_text(text)
+    store = open_store(str(tmp_path / "zoo.db"), create=True)
+    index_paths(store, [str(root)], repository="zoo")
+    return store
+
+
+def _plain(name: str, body: str) -> str:
+    return (
+        f"namespace Zoo;\npublic class {name}\n{{\n    // {body}\n    public void Run() {{ }}\n}}\n"
+    )
+
+
+@pytest.mark.parametrize("every", [search_module.LOOSE_GATE - 1, search_module.LOOSE_GATE])
+def test_the_looser_passes_join_only_below_the_gate(tmp_path, every):
+    """LOOSE_GATE nodes with every word keep a node with two of the three out of the first
+    ranking; one fewer lets it in (the most-words and any-word passes run)."""
+    files = {f"Pen{i}.cs": _plain(f"Pen{i}", "quokka wombat numbat") for i in range(every)}
+    files["Burrow.cs"] = _plain("Burrow", "quokka wombat")
+    store = _zoo(tmp_path, files)
+    gate = search_module.LOOSE_GATE
+    scores, info, _ = store._bm25_fused(
+        "quokka wombat numbat", Scope("zoo"), search_module.HEAD_POOL, None, gate
+    )
+    assert any(info[i][2] == "Burrow" for i in scores) == (every < gate)
+
+
+def test_folding_below_the_gate_lets_the_looser_passes_in(tmp_path):
+    """Five matching methods fold into one class: fewer things than the gate, so the first
+    ranking runs the looser passes too and lists the class that says one of the words."""
+    methods = "\n".join(f"    public void Feed{i}() {{ /* quokka wombat */ }}" for i in range(5))
+    files = {
+        "Aviary.cs": f"namespace Zoo;\npublic class Aviary\n{{\n{methods}\n}}\n",
+        "Burrow.cs": _plain("Burrow", "quokka"),
+    }
+    store = _zoo(tmp_path, files)
+    ranking = store._bm25_ranking(
+        "quokka wombat", Scope("zoo"), None, 2, search_module.HEAD_POOL, search_module.LOOSE_GATE
+    )
+    assert [h["name"] for h in ranking[:1]] == ["Aviary"]
+    assert len(ranking[0]["children"]) == 5
+    assert "Burrow" in [h["name"] for h in ranking]
+
+
+def test_a_member_shown_first_is_not_shown_again_under_its_type(tmp_path, monkeypatch):
+    """A first ranking one hit deep lists one method as itself; the deeper continuation folds
+    the three into their class, which then lists only the two not shown yet."""
+    monkeypatch.setattr(search_module, "HEAD_POOL", 1)
+    methods = "\n".join(
+        [
+            "    public void PostAlpha() { /* quokka quokka */ }",
+            "    public void PostBeta() { /* quokka */ }",
+            "    public void PostGamma() { /* quokka */ }",
+        ]
+    )
+    filler = "\n".join(f"    // ledger line {i} with words nobody asks about" for i in range(30))
+    files = {"Ledger.cs": f"namespace Zoo;\npublic class Ledger\n{{\n{filler}\n{methods}\n}}\n"}
+    store = _zoo(tmp_path, files)
+    hits = store.search("quokka", scope=Scope("zoo"), top_k=5)
+    _assert_one_ranking(hits, 5)
+    assert [h["name"] for h in hits] == ["PostAlpha", "Ledger"]
+    assert sorted(hits[1]["children"]) == [
+        "zoo::main::method::Zoo.Ledger.PostBeta",
+        "zoo::main::method::Zoo.Ledger.PostGamma",
+    ]

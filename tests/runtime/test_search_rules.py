@@ -201,7 +201,7 @@ def test_hybrid_weighs_the_semantic_list_by_its_weight(tmp_path, hashing_embedde
     index_paths(store, [str(REALWORLD / "wwi")], repository="wwi", embedder=hashing_embedder)
     scope, k = Scope("wwi"), search_module.HYBRID_RRF_K
     for q in ("Which procedure deletes a city?", "cold room temperatures", "invoice numbers"):
-        pool = search_module._pool(5)
+        pool = search_module.HEAD_POOL
         lexical = {h["id"]: h["rank"] for h in store.bm25(q, scope=scope, top_k=pool, per_file=0)}
         meaning = {
             h["id"]: h["rank"]
