@@ -301,6 +301,10 @@ def word_stem(word: str) -> str:
     for suffix in ("ing", "ed"):
         if len(w) > len(suffix) + 2 and w.endswith(suffix):
             w = w[: -len(suffix)]
+            # "skipped" -> "skip", "running" -> "run"; not "called", "passed" (a doubled
+            # l, s or z belongs to the verb) nor "added" (a two-letter stem is too short).
+            if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
+                w = w[:-1]
             break
     if len(w) > 3 and w.endswith("e"):
         w = w[:-1]

@@ -71,6 +71,25 @@ def test_stems_and_name_cover():
     assert name_cover("Private_GetCursorForRunAll", stems) == (2, 4)  # "for" is no word
 
 
+@pytest.mark.parametrize(
+    ("inflected", "base"),
+    [("skipped", "skip"), ("running", "run"), ("stopped", "stop"), ("mapped", "map")],
+)
+def test_a_doubled_last_letter_before_ed_or_ing_is_undone(inflected, base):
+    """A doubled consonant before -ed/-ing is the inflection's, so "skipped" says Skip."""
+    assert word_stem(inflected) == word_stem(base) == base
+    assert name_cover(f"{base.title()}Test", question_stems(f"a test {inflected}")) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    ("inflected", "base"),
+    [("called", "call"), ("passed", "pass"), ("added", "add"), ("buzzed", "buzz")],
+)
+def test_a_doubled_letter_of_the_verb_itself_stays(inflected, base):
+    """ll, ss, zz belong to the verb (Call, Pass, Buzz); so does the dd of a two-letter stem."""
+    assert word_stem(inflected) == word_stem(base) == base
+
+
 RUNNERS = {
     "Source/Run.sql": "\n".join(
         f"CREATE PROCEDURE [tSQLt].[{name}] AS\nBEGIN\n    SELECT 1 AS {name}Result;\nEND;\nGO"
