@@ -386,6 +386,14 @@ _CODES: list[Code] = [
         "pip install 'step-runtime[embeddings]' or configure an embeddings endpoint.",
     ),
     Code(
+        "EMBEDDINGS_MISSING",
+        "run",
+        "Semantic or hybrid search on an index that holds no vectors of the embedder (or of "
+        "the text it embeds now: an index embedded by an older version).",
+        "Run `runtime index PATH --embedder NAME`: it embeds every node without a vector, "
+        "unchanged files included.",
+    ),
+    Code(
         "TOKENIZER_UNAVAILABLE",
         "run",
         "The tokenizer encoding is unknown or its files are not available.",

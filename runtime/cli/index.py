@@ -106,7 +106,9 @@ def index(
 
         def show(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
-                label = "reading files" if stage == "read" else "parsing changed files"
+                label = {"read": "reading files", "embed": "embedding nodes"}.get(
+                    stage, "parsing changed files"
+                )
                 tasks[stage] = bar.add_task(label, total=total)
             bar.update(tasks[stage], completed=done)
 
@@ -139,8 +141,10 @@ def index(
         click.echo(f"warning: {failure['path']} not indexed: {failure['error']}", err=True)
     if as_json:
         d = report.to_dict()
-        keys = ("files", "nodes", "edges", "skipped", "seconds") + (
-            ("failed",) if d["failed"] else ()
+        keys = (
+            ("files", "nodes", "edges", "skipped", "seconds")
+            + (("failed",) if d["failed"] else ())
+            + (("embedded",) if emb is not None else ())
         )
         click.echo(json.dumps({k: d[k] for k in keys}))
     else:
@@ -149,7 +153,9 @@ def index(
             f"deleted, {report.skipped} skipped"
             + (f", {len(report.failed)} failed" if report.failed else "")
             + f"): {report.nodes} node(s) written, "
-            f"{report.edges} edge(s), {report.seconds:.2f}s -> {store.path}"
+            f"{report.edges} edge(s)"
+            + (f", {report.embedded} node(s) embedded" if emb is not None else "")
+            + f", {report.seconds:.2f}s -> {store.path}"
         )
 
 
@@ -228,8 +234,12 @@ def search(
     as_json: bool,
 ) -> None:
     """Search the node store."""
+    from runtime.errors import UsageError
     from runtime.retrieval.node import Scope
     from runtime.retrieval.nodestore import open_store
+
+    if not query.strip():  # "no hits" would read as "nothing matches"
+        raise UsageError("the search query is empty", code="QUERY_EMPTY")
 
     # Checked before the index is opened: an empty --repository "" is SCOPE_INVALID, never "all".
     scope = Scope(repository, snapshot, tuple(labels) if labels else None)

@@ -33,6 +33,7 @@ RESUMABLE = frozenset(
         "INDEX_FORMAT",
         "INDEX_ERROR",
         "EMBEDDINGS_UNAVAILABLE",
+        "EMBEDDINGS_MISSING",
         "TOKENIZER_UNAVAILABLE",
         "ACTION_FAILED",
     }

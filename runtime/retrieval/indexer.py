@@ -52,6 +52,7 @@ class IndexReport:
     deleted: int = 0
     seconds: float = 0.0
     bytes: int = 0
+    embedded: int = 0  # nodes given a vector (of the --embedder) by this run
     rebuilt: bool = False  # the index had an older layout and was rebuilt from scratch
     failed: list[dict[str, str]] = field(default_factory=list)  # {path, error} not indexed
     encodings: dict[str, str] = field(default_factory=dict)  # path -> encoding, when not UTF-8
@@ -299,6 +300,34 @@ def _from_summary(summary: dict[str, Any]) -> Any:
     return ex
 
 
+# Nodes embedded per call to the embedder (and per progress report).
+EMBED_BATCH = 256
+
+
+def _embed_missing(
+    store: SqliteNodeStore,
+    repository: str,
+    snapshot: str,
+    embedder: Any,
+    progress: Callable[[str, int, int], None] | None,
+) -> int:
+    """Embed every node of the snapshot without a vector of this embedder and vector text
+    (new and changed files, and unchanged ones indexed without it or with another text).
+    Returns how many were embedded."""
+    from runtime.retrieval.embeddings import embedding_text, to_blob, vector_model
+
+    model = vector_model(embedder)
+    rows = store.nodes_without_vectors(repository, snapshot, model)
+    for start in range(0, len(rows), EMBED_BATCH):
+        batch = rows[start : start + EMBED_BATCH]
+        texts = [embedding_text(kind, name, qn, doc) for _, kind, name, qn, doc in batch]
+        vectors = embedder.embed(texts)
+        store.put_vectors(model, {r[0]: to_blob(v) for r, v in zip(batch, vectors, strict=True)})
+        if progress:
+            progress("embed", start + len(batch), len(rows))
+    return len(rows)
+
+
 def index_paths(
     store: SqliteNodeStore,
     roots: Sequence[str],
@@ -321,7 +350,9 @@ def index_paths(
     process). Workers are used only when enough files changed to repay starting them.
     Results are written in file order, so the index is the same for any jobs.
     progress(stage, done, total) is called per file: stage "read" while files are read
-    and hashed, then "parse" for each changed file written.
+    and hashed, then "parse" for each changed file written; then "embed" per batch of
+    nodes embedded (embedder: every node of the snapshot without its vector, see
+    _embed_missing).
     """
     started = time.perf_counter()
     from runtime.context.tokens import get_counter
@@ -337,6 +368,8 @@ def index_paths(
     with store.batch():
         if not work and not gone:  # nothing changed: the nodes and edges are the last run's
             report.edges = store.edge_count(repository, snapshot)
+            if embedder is not None:
+                report.embedded = _embed_missing(store, repository, snapshot, embedder, progress)
             report.seconds = round(time.perf_counter() - started, 3)
             return report
         changed = {item[0] for item in work}
@@ -350,8 +383,6 @@ def index_paths(
         for rel in gone:
             lost |= store.delete_file(repository, snapshot, rel)
             report.deleted += 1
-        if embedder is not None:
-            from runtime.retrieval.embeddings import to_blob
         fresh: dict[str, Any] = {}  # path -> Extraction of the files parsed now
         for i, (rel, digest, rows, summary, encoded, error) in enumerate(
             _prepare_all(work, repository, snapshot, jobs, tuple(tokenizers))
@@ -371,16 +402,11 @@ def index_paths(
                 repository, snapshot, rel, digest, rows, encoded, known=False
             )
             fresh[rel] = _from_summary(summary)  # here, not after: workers may leave a core idle
-            if embedder is not None and rows:
-                # row[0] id, row[5] qualified name, row[10] text (see nodestore.node_row).
-                # Stored now: a later file may rename these nodes (vectors follow the row).
-                vectors = embedder.embed([f"{r[5]}\n{r[10][:2000]}" for r in rows])
-                store.put_vectors(
-                    embedder.name, {r[0]: to_blob(v) for r, v in zip(rows, vectors, strict=True)}
-                )
         store.rename_nodes(defs.settle(lost))
         exs = {**{rel: _from_summary(x) for rel, x in stored.items()}, **fresh}
         report.edges = _resolve_edges(store, repository, snapshot, exs, defs)
+        if embedder is not None:
+            report.embedded = _embed_missing(store, repository, snapshot, embedder, progress)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 

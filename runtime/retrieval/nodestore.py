@@ -511,6 +511,23 @@ class SqliteNodeStore(SearchPasses):
             self.conn().execute(f"SELECT count(*) FROM edges WHERE {where}", args).fetchone()[0]
         )
 
+    def nodes_without_vectors(
+        self, repository: str, snapshot: str, model: str
+    ) -> list[tuple[str, str, str, str, str]]:
+        """(id, kind, name, qualified name, doc comment) of the snapshot's nodes that have no
+        vector of this model, in id order."""
+        rows = (
+            self.conn()
+            .execute(
+                "SELECT n.id, n.kind, n.name, n.qualified_name, n.metadata FROM nodes n "
+                "LEFT JOIN vectors v ON v.node = n.rowid AND v.model = ? "
+                "WHERE n.repository = ? AND n.snapshot = ? AND v.node IS NULL ORDER BY n.id",
+                (model, repository, snapshot),
+            )
+            .fetchall()
+        )
+        return [(i, k, n, q, str(json.loads(m).get("doc") or "")) for i, k, n, q, m in rows]
+
     def put_vectors(self, model: str, vectors: dict[str, bytes]) -> None:
         """Store embedding vectors (float32 bytes) by node id."""
         with self._write() as db:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from runtime.errors import StoreError
 from runtime.retrieval.node import Scope, meta_token
 from runtime.retrieval.query import (
     asked_kinds,
@@ -106,11 +107,6 @@ FILE_PENALTY = 0.5
 # only the semantic list finds (what BM25 cannot: "empty the shopping cart" -> ClearAsync)
 # scores 1/61 and loses to anything both lists hold, however low (2/80 at rank 20).
 HYBRID_RRF_K = 5
-# The semantic list's weight in that fusion (BM25's is 1): a rank counts by how much it is
-# evidence, and MiniLM, a sentence model not trained on code, alone answers 65% of the
-# golden questions against BM25's 86% (docs/retrieval.md). At half weight a hit only the
-# semantic list finds, at its rank 1 (0.5/6), still beats BM25-only hits below rank 7.
-HYBRID_SEMANTIC_WEIGHT = 0.5
 
 # The spelled pass (_spelled): name parts a question must say, the nodes whose names it
 # reads at most (those whose name holds two of the question's words), and the postings
@@ -529,6 +525,13 @@ class SearchPasses:
             sorted(i for i in scores if info[i][1] in CHILD_KINDS), scope, filters
         )
         parents.update(self._members(scores, info, scope, filters))
+        # A node another list folded under a parent (hybrid: the semantic list folds three
+        # matching members into their type, BM25 found one of them alone) is folded there
+        # too: one thing is listed once.
+        for pid, kids_of in (children or {}).items():
+            for kid in kids_of:
+                if kid in scores and kid != pid and kid not in parents and pid in info:
+                    parents[kid] = (pid, *info[pid])
         merged: dict[str, float] = {}
         for nid, score in scores.items():
             parent = parents.get(nid)
@@ -820,9 +823,14 @@ class SearchPasses:
         filters: dict[str, Any] | None,
         per_file: int,
     ) -> Callable[[int], list[dict[str, Any]]]:
-        """pool -> the whole semantic ranking of the `pool` nearest vectors (read once)."""
-        from runtime.retrieval.embeddings import cosine_top
+        """pool -> the whole semantic ranking of the `pool` nearest vectors (read once).
 
+        An index with no vector of the embedder (and its vector text) at all is
+        EMBEDDINGS_MISSING, not an empty list: that would look like "nothing matches".
+        """
+        from runtime.retrieval.embeddings import cosine_top, vector_model
+
+        model = vector_model(embedder)
         where, args = self._scope_sql(scope)
         fsql, fargs = self._filter_sql(filters)
         rows = (
@@ -830,11 +838,21 @@ class SearchPasses:
             .execute(
                 "SELECT n.id, v.vector, n.path, n.kind, n.name FROM vectors v "
                 f"JOIN nodes n ON n.rowid = v.node WHERE v.model = ? AND {where}{fsql}",
-                [embedder.name, *args, *fargs],
+                [model, *args, *fargs],
             )
             .fetchall()
         )
         if not rows:
+            db = self.conn()
+            if (
+                db.execute("SELECT 1 FROM vectors WHERE model = ? LIMIT 1", (model,)).fetchone()
+                is None
+            ):
+                raise StoreError(
+                    f"the index holds no {embedder.name} vectors (vector text "
+                    f"{model.partition('#')[2]!r}) for semantic search",
+                    code="EMBEDDINGS_MISSING",
+                )
             return lambda pool: []
         [qvec] = embedder.embed([query])
         vectors = [r[1] for r in rows]
@@ -884,21 +902,17 @@ class SearchPasses:
             # and the looser passes need to fill it), uncapped: the cap applies once, to
             # the fused ranking. BM25's looser passes join while its stricter ones found
             # fewer than `pool` nodes: the semantic list is there for what they miss.
-            lists = [
-                (
-                    1.0,
-                    self._bm25_ranking(query, scope, filters, 0, 3 * pool, None if loose else pool)[
-                        :pool
-                    ],
-                ),
-                (HYBRID_SEMANTIC_WEIGHT, semantic(3 * pool)[:pool]),
-            ]
+            # The two lists weigh the same: over the 138 golden questions each alone answers
+            # about three in four (docs/retrieval.md), so neither rank is better evidence.
+            lexical = self._bm25_ranking(
+                query, scope, filters, 0, 3 * pool, None if loose else pool
+            )
             fused: dict[str, float] = {}
             info: dict[str, tuple[str, str, str]] = {}
             children: dict[str, list[str]] = {}
-            for weight, hits in lists:
+            for hits in (lexical[:pool], semantic(3 * pool)[:pool]):
                 for rank, h in enumerate(hits, 1):
-                    fused[h["id"]] = fused.get(h["id"], 0.0) + weight / (rrf_k + rank)
+                    fused[h["id"]] = fused.get(h["id"], 0.0) + 1.0 / (rrf_k + rank)
                     info[h["id"]] = (h["path"], h["kind"], h["name"])
                     if h.get("children"):
                         children[h["id"]] = list(

@@ -122,7 +122,7 @@ def test_a_pipeline_searches_semantically_with_the_real_model(
     )
     state = engine.run(
         {
-            "q": "remove everything from the shopping cart",
+            "q": "empty the shopping cart",
             "repository": "eshop",
             "snapshot": "main",
         },

@@ -212,22 +212,19 @@ def test_a_tsqlt_test_ranks_after_the_procedure_it_tests(tmp_path):
     assert names.index("AddWidget") < names.index("test AddWidget adds a widget to Widgets")
 
 
-def test_hybrid_weighs_the_semantic_list_by_its_weight(tmp_path, hashing_embedder):
-    """A hybrid hit scores sum(weight / (rrf_k + rank)): BM25's weight 1, semantic's
-    HYBRID_SEMANTIC_WEIGHT (below 1: the weaker list's ranks are weaker evidence)."""
-    assert 0 < search_module.HYBRID_SEMANTIC_WEIGHT < 1
+def test_hybrid_sums_the_reciprocal_ranks_of_both_lists(tmp_path, hashing_embedder):
+    """A hybrid hit scores the sum over the BM25 and semantic lists of 1 / (rrf_k + rank);
+    each list HEAD_POOL long, cut from a ranking three times deeper (BM25's looser passes
+    gated on HEAD_POOL), so it does not depend on top_k."""
     store = open_store(str(tmp_path / "i.db"), create=True)
     index_paths(store, [str(REALWORLD / "wwi")], repository="wwi", embedder=hashing_embedder)
     scope, k = Scope("wwi"), search_module.HYBRID_RRF_K
     for q in ("Which procedure deletes a city?", "cold room temperatures", "invoice numbers"):
         pool = search_module.HEAD_POOL
-        lexical = {h["id"]: h["rank"] for h in store.bm25(q, scope=scope, top_k=pool, per_file=0)}
-        meaning = {
-            h["id"]: h["rank"]
-            for h in store.semantic(
-                q, scope=scope, top_k=pool, embedder=hashing_embedder, per_file=0
-            )
-        }
+        bm25 = store._bm25_ranking(q, scope, None, 0, 3 * pool, pool)[:pool]
+        semantic = store._semantic_ranker(q, scope, hashing_embedder, None, 0)(3 * pool)[:pool]
+        lexical = {h["id"]: h["rank"] for h in bm25}
+        meaning = {h["id"]: h["rank"] for h in semantic}
         hits = store.search(
             q, scope=scope, top_k=5, search_type="hybrid", embedder=hashing_embedder, per_file=0
         )
@@ -235,5 +232,5 @@ def test_hybrid_weighs_the_semantic_list_by_its_weight(tmp_path, hashing_embedde
         for h in hits:
             want = 1.0 / (k + lexical[h["id"]]) if h["id"] in lexical else 0.0
             if h["id"] in meaning:
-                want += search_module.HYBRID_SEMANTIC_WEIGHT / (k + meaning[h["id"]])
+                want += 1.0 / (k + meaning[h["id"]])
             assert h["score"] == pytest.approx(want, abs=2e-6)
