@@ -36,7 +36,11 @@ from runtime.cli._common import handle_errors
     type=click.Path(exists=True, dir_okay=False),
     help="JSON/YAML mapping of path globs to security labels.",
 )
-@click.option("--embedder", help="Also store vectors: minilm or openai:MODEL@URL.")
+@click.option(
+    "--embedder",
+    help="Also store vectors: minilm or openai:MODEL@URL (every node without one is embedded, "
+    "unchanged files included).",
+)
 @click.option(
     "--jobs",
     type=click.IntRange(min=1),
@@ -51,7 +55,10 @@ from runtime.cli._common import handle_errors
     "settings.tokenizer).",
 )
 @click.option(
-    "--json", "as_json", is_flag=True, help="Print {files, nodes, edges, skipped, seconds}."
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print {files, nodes, edges, skipped, seconds} (and embedded, with --embedder).",
 )
 @handle_errors
 def index(

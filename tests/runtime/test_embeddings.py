@@ -72,6 +72,20 @@ def test_hybrid_search_fuses_both_rankings(find):
     assert all(h["score"] <= 2 / 6 + 1e-6 for h in hits)  # reciprocal rank fusion, k=5
 
 
+def test_a_hybrid_hit_is_one_thing_once(find):
+    """ClearAsync is folded into BasketRepository by the semantic list (three of its members
+    match) and found alone by BM25: hybrid lists it once, under the class."""
+    hits = find("empty the shopping cart", "hybrid", top_k=8)
+    ids = {h["id"] for h in hits}
+    kids = [c for h in hits for c in h.get("children", [])]
+    assert not ids & set(kids) and len(kids) == len(set(kids))
+    [repo] = [h for h in hits if h["id"].endswith("Repositories.BasketRepository")]
+    assert (
+        "eshop::main::method::Eshop.Infrastructure.Repositories.BasketRepository.ClearAsync"
+        in (repo["children"])
+    )
+
+
 def test_semantic_search_respects_labels(find):
     hidden = "eshop::main::procedure::dbo.usp_CapturePayment"  # no label here: visible
     hits = find("record a captured payment", "semantic", top_k=10, snapshot=None)

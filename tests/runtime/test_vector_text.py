@@ -147,37 +147,6 @@ def test_runtime_search_refuses_an_empty_query(runner, tmp_path):
         assert result.exit_code == 2 and "QUERY_EMPTY" in result.output, result.output
 
 
-@pytest.fixture(scope="module")
-def hashed_sample(tmp_path_factory, hashing_embedder):
-    store = open_store(str(tmp_path_factory.mktemp("hs") / "i.db"), create=True)
-    index_paths(store, [str(SAMPLE)], repository="eshop", embedder=hashing_embedder)
-    return store
-
-
-@pytest.mark.parametrize("top_k", [3, 8])
-def test_a_hybrid_hit_is_one_thing_once(hashed_sample, hashing_embedder, top_k):
-    """A member the semantic list folded into its type while BM25 found it alone is listed
-    once, under the type: never as a hit and as another hit's child."""
-    folded = 0
-    for q in (
-        "empty the shopping cart",
-        "basket repository save clear",
-        "place an order for a customer",
-        "order service cancel",
-        "basket items quantity",
-        "which class stores baskets",
-    ):
-        hits = hashed_sample.search(
-            q, scope=ESHOP, top_k=top_k, search_type="hybrid", embedder=hashing_embedder
-        )
-        ids = {h["id"] for h in hits}
-        kids = [c for h in hits for c in h.get("children", [])]
-        assert not ids & set(kids), (q, ids & set(kids))
-        assert len(kids) == len(set(kids))
-        folded += any(".BasketRepository." in c for c in kids)
-    assert folded  # the case arises: BasketRepository's members fold in some list
-
-
 def test_the_index_report_counts_the_embedded_nodes(runner, tmp_path, minilm_dir, monkeypatch):
     from runtime.cli import cli
 
