@@ -331,4 +331,13 @@ def main(root: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/tmp/corpora")))
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("corpora", nargs="?", default="/tmp/corpora", help="one folder per codebase")
+    root = Path(ap.parse_args().corpora)
+    if not root.is_dir():
+        ap.error(
+            f"{root} is not a folder (one folder per codebase: see docs/code-understanding.md)"
+        )
+    sys.exit(main(root))
