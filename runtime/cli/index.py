@@ -146,6 +146,16 @@ def index(
         )
     for failure in report.failed:
         click.echo(f"warning: {failure['path']} not indexed: {failure['error']}", err=True)
+    if emb is None:
+        # Indexed without --embedder into an index that has vectors: the new or changed
+        # nodes have none, and semantic search would silently not find them.
+        for model, missing in store.missing_vectors(repository, snapshot).items():
+            click.echo(
+                f"note: {missing} node(s) of {repository}@{snapshot} have no {model} vector; "
+                "semantic and hybrid search cannot find them until this is run again with "
+                "--embedder",
+                err=True,
+            )
     if as_json:
         d = report.to_dict()
         keys = (

@@ -825,7 +825,7 @@ class SearchPasses:
     ) -> Callable[[int], list[dict[str, Any]]]:
         """pool -> the whole semantic ranking of the `pool` nearest vectors (read once).
 
-        An index with no vector of the embedder (and its vector text) at all is
+        A scope whose nodes have no vector of the embedder (and its vector text) is
         EMBEDDINGS_MISSING, not an empty list: that would look like "nothing matches".
         """
         from runtime.retrieval.embeddings import cosine_top, vector_model
@@ -843,14 +843,16 @@ class SearchPasses:
             .fetchall()
         )
         if not rows:
-            db = self.conn()
-            if (
-                db.execute("SELECT 1 FROM vectors WHERE model = ? LIMIT 1", (model,)).fetchone()
-                is None
-            ):
+            # No vector in scope: no hits only when there is no node either; nodes without
+            # vectors would otherwise read as "nothing matches".
+            found = self.conn().execute(
+                f"SELECT count(*) FROM nodes n WHERE {where}{fsql}", [*args, *fargs]
+            )
+            nodes = found.fetchone()[0]
+            if nodes:
                 raise StoreError(
-                    f"the index holds no {embedder.name} vectors (vector text "
-                    f"{model.partition('#')[2]!r}) for semantic search",
+                    f"none of the {nodes} node(s) in scope has an {embedder.name} vector "
+                    f"(vector text {model.partition('#')[2]!r}) for semantic search",
                     code="EMBEDDINGS_MISSING",
                 )
             return lambda pool: []
@@ -901,9 +903,10 @@ class SearchPasses:
             # Each list is `pool` long, cut from a ranking three times deeper (what folding
             # and the looser passes need to fill it), uncapped: the cap applies once, to
             # the fused ranking. BM25's looser passes join while its stricter ones found
-            # fewer than `pool` nodes: the semantic list is there for what they miss.
-            # The two lists weigh the same: over the 138 golden questions each alone answers
-            # about three in four (docs/retrieval.md), so neither rank is better evidence.
+            # fewer than `pool` nodes, as hybrid built its BM25 list before the ranking
+            # stopped following top_k (gated at LOOSE_GATE, it answered one held-out
+            # question fewer). The two lists weigh the same: over the 138 golden questions
+            # each alone answers about three in four, so neither rank is better evidence.
             lexical = self._bm25_ranking(
                 query, scope, filters, 0, 3 * pool, None if loose else pool
             )

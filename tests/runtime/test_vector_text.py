@@ -4,6 +4,7 @@ for an index without vectors of the embedder."""
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from runtime.retrieval.node import Scope
 from runtime.retrieval.nodestore import open_store
 
 SAMPLE = Path(__file__).resolve().parent.parent.parent / "pipelines" / "sample" / "eshop"
+REALWORLD = Path(__file__).resolve().parent.parent / "data" / "realworld"
 ESHOP = Scope("eshop", "main")
 
 
@@ -160,3 +162,48 @@ def test_the_index_report_counts_the_embedded_nodes(runner, tmp_path, minilm_dir
     assert out["embedded"] == out["nodes"] > 100
     result = runner.invoke(cli, ["index", str(SAMPLE), "--index", index, "--embedder", "minilm"])
     assert "0 node(s) embedded" in result.output
+
+
+def test_a_scope_whose_nodes_have_no_vectors_is_missing_vectors(tmp_path, hashing_embedder):
+    """One repository embedded, another not: semantic search in the second is
+    EMBEDDINGS_MISSING naming its nodes, never an empty list."""
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    index_paths(store, [str(SAMPLE)], repository="eshop", embedder=hashing_embedder)
+    index_paths(store, [str(REALWORLD / "wwi")], repository="wwi")
+    wwi_nodes = store.conn().execute("SELECT count(*) FROM nodes WHERE repository = 'wwi'")
+    with pytest.raises(StoreError) as info:
+        store.search(
+            "city", scope=Scope("wwi"), top_k=3, search_type="hybrid", embedder=hashing_embedder
+        )
+    assert info.value.code == "EMBEDDINGS_MISSING"
+    assert f"none of the {wwi_nodes.fetchone()[0]} node(s) in scope" in str(info.value)
+    hits = store.search(
+        "basket", scope=ESHOP, top_k=3, search_type="semantic", embedder=hashing_embedder
+    )
+    assert len(hits) == 3
+
+
+def test_indexing_without_the_embedder_notes_the_nodes_left_without_vectors(
+    runner, tmp_path, minilm_dir, monkeypatch
+):
+    from runtime.cli import cli
+
+    monkeypatch.setenv("RUNTIME_MINILM_DIR", str(minilm_dir))
+    tree = tmp_path / "src"
+    shutil.copytree(SAMPLE, tree)
+    index = str(tmp_path / "i.db")
+    args = ["index", str(tree), "--index", index, "--repository", "eshop"]
+    first = runner.invoke(cli, [*args, "--embedder", "minilm"])
+    assert first.exit_code == 0 and "note:" not in first.stderr, first.output
+    basket = tree / "src" / "Eshop.Core" / "Services" / "BasketService.cs"
+    basket.write_text(basket.read_text() + "\npublic class Wishlist { public void Keep() { } }\n")
+    second = runner.invoke(cli, args)
+    assert second.exit_code == 0, second.output
+    changed = second.stderr.strip().splitlines()
+    assert len(changed) == 1 and changed[0].startswith("note: ")
+    assert "of eshop@main have no all-MiniLM-L6-v2#names1 vector" in changed[0]
+    missing = int(changed[0].split()[1])
+    assert missing >= 3  # the file's nodes: its old ones again, Wishlist and Keep
+    third = runner.invoke(cli, [*args, "--embedder", "minilm", "--json"])
+    assert json.loads(third.stdout)["embedded"] == missing
+    assert "note:" not in runner.invoke(cli, args).stderr
