@@ -393,7 +393,9 @@ def _assert_prefixes(search, q: str) -> None:
         assert search(q, k) == longest[:k], (q, k)
 
 
-@pytest.mark.parametrize("per_file", [0, 2])
+@pytest.mark.parametrize(
+    "per_file", [pytest.param(0, marks=[pytest.mark.slow, pytest.mark.pins]), 2]
+)
 def test_a_shorter_bm25_list_is_the_start_of_a_longer_one(sample_index, per_file):
     """top_k cuts the ranking, never changes it: the passes and pools do not depend on it."""
     scope = Scope("eshop", "main")
