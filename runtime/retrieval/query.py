@@ -312,13 +312,9 @@ def word_stem(word: str) -> str:
 
 
 def question_stems(query: str) -> frozenset[str]:
-    """The stems of a question's informative words (identifiers split into their parts)."""
-    out = set()
-    for word in WORD.findall(query):
-        for part in split_identifier(word):
-            if part not in STOPWORDS and len(part) > 1:
-                out.add(word_stem(part))
-    return frozenset(out)
+    """The stems of a question's informative words (identifiers split into their parts),
+    read as a name's are (_name_stems)."""
+    return frozenset().union(*map(_name_stems, WORD.findall(query)))
 
 
 def name_cover(name: str, stems: frozenset[str]) -> tuple[int, int]:

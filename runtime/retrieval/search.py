@@ -438,19 +438,40 @@ class SearchPasses:
             f"WHERE id IN ({marks}) AND kind = 'constructor'",
             list(ids),
         ).fetchall()
+        where_args = (where + fsql, [*args, *fargs])
         for child, repository, snapshot, path, qualified in ctors:
             owner = _CTOR.sub("", qualified)
             if owner == qualified:
                 continue
-            found = db.execute(
+            found = self._type_in_file(
+                (repository, snapshot, path, owner), ("class", "record", "struct"), where_args
+            )
+            if found:
+                out[child] = found
+        return out
+
+    def _type_in_file(
+        self,
+        key: tuple[str, str, str, str],
+        kinds: Sequence[str],
+        where_args: tuple[str, list[Any]],
+    ) -> tuple[str, str, str, str] | None:
+        """(id, path, kind, name) of the type of one of kinds named key's qualified name in
+        key's repository, snapshot and file, visible under the scope and filters (where_args:
+        their SQL and arguments); the first by id, or None."""
+        where, args = where_args
+        marks = ",".join("?" * len(kinds))
+        row = (
+            self.conn()
+            .execute(
                 "SELECT n.id, n.path, n.kind, n.name FROM nodes n WHERE n.repository = ? "
                 "AND n.snapshot = ? AND n.path = ? AND n.qualified_name = ? AND n.kind IN "
-                f"('class', 'record', 'struct') AND {where}{fsql} ORDER BY n.id LIMIT 1",
-                [repository, snapshot, path, owner, *args, *fargs],
-            ).fetchone()
-            if found:
-                out[child] = (found[0], found[1], found[2], found[3])
-        return out
+                f"({marks}) AND {where} ORDER BY n.id LIMIT 1",
+                [*key, *kinds, *args],
+            )
+            .fetchone()
+        )
+        return (row[0], row[1], row[2], row[3]) if row else None
 
     def _members(
         self,
@@ -484,19 +505,14 @@ class SearchPasses:
             if owner:
                 owners.setdefault((repository, snapshot, path, owner), []).append(nid)
         out: dict[str, tuple[str, str, str, str]] = {}
-        kinds = ",".join("?" * len(TYPE_KINDS))
-        for (repository, snapshot, path, owner), members in sorted(owners.items()):
+        where_args = (where + fsql, [*args, *fargs])
+        for key, members in sorted(owners.items()):
             if len(members) < MEMBER_FOLD:
                 continue
-            found = db.execute(
-                "SELECT n.id, n.path, n.kind, n.name FROM nodes n WHERE n.repository = ? "
-                f"AND n.snapshot = ? AND n.path = ? AND n.qualified_name = ? AND n.kind IN "
-                f"({kinds}) AND {where}{fsql} ORDER BY n.id LIMIT 1",
-                [repository, snapshot, path, owner, *TYPE_KINDS, *args, *fargs],
-            ).fetchone()
+            found = self._type_in_file(key, TYPE_KINDS, where_args)
             if found:
                 for m in members:
-                    out[m] = (found[0], found[1], found[2], found[3])
+                    out[m] = found
         return out
 
     def _rank(
