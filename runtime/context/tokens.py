@@ -217,23 +217,9 @@ class TokenCounter:
             return None
         by_encoding = record.get("parts")
         found = by_encoding.get(self.encoding_name) if isinstance(by_encoding, Mapping) else None
-        if not isinstance(found, list | tuple) or len(found) != 3:
-            return None
-        if not all(type(x) is int and x >= 0 for x in found):
-            return None
-        first, last, middle = found
-        if first == len(text):
-            if last != first or middle:
-                return None
-        elif not (
-            0 < first <= last < len(text)
-            and _SAFE_CUT.match(text, first - 1)
-            and _SAFE_CUT.match(text, last - 1)
-        ):
-            return None
         if record.get("digest") != digest(text):
             return None
-        return first, last, middle
+        return _checked(text, found)
 
     def carry(self, text: str) -> dict[str, Any]:
         """A JSON record of text's parts under this encoding, for carried()."""
@@ -264,19 +250,9 @@ class TokenCounter:
             return 0
         taken = 0
         for block in blocks:
-            found = known.get(digest(block))
-            if not isinstance(found, list) or len(found) != 3:
-                continue
-            first, last, middle = found
-            if not all(type(x) is int for x in found) or not 0 <= first <= last <= len(block):
-                continue
-            cuts = first == last == len(block) or (
-                first > 0
-                and _SAFE_CUT.match(block, first - 1) is not None
-                and _SAFE_CUT.match(block, last - 1) is not None
-            )
-            if cuts and middle >= 0:
-                self._remember(block, (first, last, middle))
+            parts = _checked(block, known.get(digest(block)))
+            if parts is not None:
+                self._remember(block, parts)
                 taken += 1
         return taken
 
@@ -355,6 +331,26 @@ class TokenCounter:
                 return prefix
             keep -= 1
         return ""
+
+
+def _checked(text: str, found: Any) -> Parts | None:
+    """found as text's parts when it can be them: three non-negative integers whose cuts are
+    cuts of text, or (len, len, 0) for a text without one; else None (a carried record is
+    never trusted further than that: the caller has checked its digest, encoding, rule)."""
+    if not isinstance(found, list | tuple) or len(found) != 3:
+        return None
+    if not all(type(x) is int and x >= 0 for x in found):
+        return None
+    first, last, middle = found
+    if first == len(text):
+        return (first, last, middle) if last == first and not middle else None
+    if (
+        0 < first <= last < len(text)
+        and _SAFE_CUT.match(text, first - 1)
+        and _SAFE_CUT.match(text, last - 1)
+    ):
+        return first, last, middle
+    return None
 
 
 def digest(text: str) -> str:

@@ -210,6 +210,13 @@ def test_a_context_carried_in_run_state_is_taken_block_by_block(nodes, name):
     assert fresh(name).take_blocks(blocks, {**record, "rule": CUT_RULE + 1}) == 0
     forged = {**record, "blocks": {k: [v[0] + 1, v[1], v[2]] for k, v in record["blocks"].items()}}
     assert fresh(name).take_blocks(blocks, forged) == 0  # offsets that are not cuts
+    # A block without a cut has no middle: a record claiming one is not taken either.
+    plain = ["one line, no cut"]
+    claimed = fresh(name).carry_blocks(plain)
+    assert [v for v in claimed["blocks"].values()] == [[len(plain[0]), len(plain[0]), 0]]
+    assert fresh(name).take_blocks(plain, claimed) == 1
+    claimed["blocks"] = {k: [v[0], v[1], 7] for k, v in claimed["blocks"].items()}
+    assert fresh(name).take_blocks(plain, claimed) == 0
 
 
 @pytest.mark.parametrize("name", ENCODINGS)
