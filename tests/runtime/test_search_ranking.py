@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from index_support import index_tree
 
 from runtime.retrieval import search as search_module
 from runtime.retrieval.indexer import index_paths
@@ -105,12 +106,7 @@ def shop(tmp_path_factory):
         "src/Core/PriceCalculator.cs": FEATURE,
         "tests/Core.Tests/PriceCalculatorTests.cs": FEATURE_TEST,
     }
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    store = open_store(str(root / "index.db"), create=True)
-    index_paths(store, [str(root)], repository="shop")
-    return store
+    return index_tree(root, files, "shop", root / "index.db")
 
 
 def test_indexes_are_returned_as_their_table_so_five_hits_are_five_things(shop):
@@ -442,17 +438,11 @@ def test_a_list_longer_than_the_first_ranking_continues_below_it(sample_index, m
 # A zoo of small C# files: `filler` classes that share no word with the questions below
 # (so "quokka" and "wombat" stay rare, informative words), and the classes each test needs.
 def _zoo(tmp_path: Path, files: dict[str, str]) -> object:
-    root = tmp_path / "zoo"
-    root.mkdir()
-    for i in range(24):
-        (root / f"Filler{i}.cs").write_text(
-            f"namespace Zoo;\npublic class Filler{i}\n{{\n    public int Count{i}() => {i};\n}}\n"
-        )
-    for name, text in files.items():
-        (root / name).write_text(text)
-    store = open_store(str(tmp_path / "zoo.db"), create=True)
-    index_paths(store, [str(root)], repository="zoo")
-    return store
+    fillers = {
+        f"Filler{i}.cs": f"namespace Zoo;\npublic class Filler{i}\n{{\n    public int Count{i}() => {i};\n}}\n"
+        for i in range(24)
+    }
+    return index_tree(tmp_path / "zoo", {**fillers, **files}, "zoo", tmp_path / "zoo.db")
 
 
 def _plain(name: str, body: str) -> str:

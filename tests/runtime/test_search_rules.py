@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from index_support import index_tree
 
 import runtime.retrieval.search as search_module
 from runtime.retrieval.indexer import index_paths
@@ -28,12 +29,7 @@ R = Scope("r", "main")
 
 
 def _index(tmp_path: Path, files: dict[str, str]):
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    store = open_store(str(tmp_path / "i.db"), create=True)
-    index_paths(store, [str(tmp_path)], repository="r")
-    return store
+    return index_tree(tmp_path, files, "r", tmp_path / "i.db")
 
 
 @pytest.mark.parametrize(
