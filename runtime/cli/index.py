@@ -146,8 +146,8 @@ def index(
         )
     for failure in report.failed:
         click.echo(f"warning: {failure['path']} not indexed: {failure['error']}", err=True)
-    if emb is None:
-        # Indexed without --embedder into an index that has vectors: the new or changed
+    if emb is None and report.nodes:
+        # Nodes written without --embedder next to nodes with vectors: the new or changed
         # nodes have none, and semantic search would silently not find them.
         for model, missing in store.missing_vectors(repository, snapshot).items():
             click.echo(

@@ -529,19 +529,20 @@ class SqliteNodeStore(SearchPasses):
         return [(i, k, n, q, str(json.loads(m).get("doc") or "")) for i, k, n, q, m in rows]
 
     def missing_vectors(self, repository: str, snapshot: str) -> dict[str, int]:
-        """vector model -> nodes of the snapshot without a vector of it, for every model the
-        index holds vectors of (empty: no vectors at all)."""
-        db = self.conn()
-        out: dict[str, int] = {}
-        for (model,) in db.execute("SELECT DISTINCT model FROM vectors ORDER BY model").fetchall():
-            row = db.execute(
-                "SELECT count(*) FROM nodes n LEFT JOIN vectors v ON v.node = n.rowid "
-                "AND v.model = ? WHERE n.repository = ? AND n.snapshot = ? AND v.node IS NULL",
-                (model, repository, snapshot),
-            ).fetchone()
-            if row[0]:
-                out[model] = int(row[0])
-        return out
+        """vector model -> nodes of the snapshot without a vector of it, for every model some
+        node of the snapshot has a vector of (empty: none has a vector)."""
+        rows = (
+            self.conn()
+            .execute(
+                "SELECT v.model, count(*) FROM nodes n LEFT JOIN vectors v ON v.node = n.rowid "
+                "WHERE n.repository = ? AND n.snapshot = ? GROUP BY v.model ORDER BY v.model",
+                (repository, snapshot),
+            )
+            .fetchall()
+        )
+        total = sum(n for _, n in rows)
+        # A node has at most one vector (the table's key), so the others lack this model's.
+        return {model: total - n for model, n in rows if model and total > n}
 
     def put_vectors(self, model: str, vectors: dict[str, bytes]) -> None:
         """Store embedding vectors (float32 bytes) by node id."""
