@@ -176,6 +176,26 @@ def index(
         )
 
 
+def _known_scope(store: Any, scope: Any) -> None:
+    """USAGE when --repository or --snapshot names one the index does not hold: a typo
+    would otherwise read as "no hits"."""
+    from runtime.errors import UsageError
+    from runtime.format.checks import did_you_mean
+
+    repositories, snapshots = store.scope_names()
+    for option, value, held in (
+        ("repository", scope.repository, repositories),
+        ("snapshot", scope.snapshot, snapshots),
+    ):
+        if value is not None and value not in held:
+            near = did_you_mean(value, sorted(held))
+            raise UsageError(
+                f"--{option} {value!r}: the index holds no such {option} "
+                f"(it holds {', '.join(sorted(held)) or 'nothing yet'})"
+                + (f"; {near}" if near else "")
+            )
+
+
 def _repository(indexed_as: Callable[[str], list[str]], roots: list[str], given: str | None) -> str:
     """The repository to index roots as: given, else the one they were indexed as, else
     the folder's name; REPOSITORY_REQUIRED when that is not one name."""
@@ -261,12 +281,17 @@ def search(
     # Checked before the index is opened: an empty --repository "" is SCOPE_INVALID, never "all".
     scope = Scope(repository, snapshot, tuple(labels) if labels else None)
     store = open_store(index_path)
+    _known_scope(store, scope)
     hits = store.search(query, scope=scope, top_k=top_k, search_type=search_type, per_file=per_file)
     if as_json:
         click.echo(json.dumps({"hits": hits}, indent=2))
         return
     if not hits:
-        click.echo("no hits")
+        from runtime.retrieval.query import named_words, query_terms
+
+        words = query_terms(query)[0] or named_words(query)
+        # Stop words and single letters are not searched: say so rather than "no match".
+        click.echo("no hits" if words else "no hits: the query has no word to search for")
     for h in hits:
         click.echo(
             f"{h['rank']:>3}. {h['score']:>9.4f}  {h['kind']:<10} {h['name']:<32} {h['path']}"

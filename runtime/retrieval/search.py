@@ -741,6 +741,11 @@ class SearchPasses:
             stats.doc_counts[term] = (found, cap)
         return int(min(found, cap + 1))
 
+    def scope_names(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(repositories, snapshots) the index holds (cached with its statistics)."""
+        stats = self._stats()
+        return stats.repositories, stats.snapshots
+
     def _stats(self) -> _Stats:
         """Index-wide facts the query planner needs, recomputed only after the index changed.
 

@@ -53,6 +53,33 @@ def test_index_then_search_json(runner, tmp_path):
     assert text.exit_code == 0 and "BasketService.cs" in text.stdout
 
 
+def test_a_repository_or_snapshot_the_index_lacks_is_a_usage_error(runner, tmp_path):
+    """A typo in --repository or --snapshot is named, with the near name, never "no hits"."""
+    idx = str(tmp_path / "i.db")
+    assert runner.invoke(cli, ["index", str(SAMPLE_ROOT), "--index", idx]).exit_code == 0
+    for option, value, near in (
+        ("--repository", "eshp", "did you mean 'eshop'?"),
+        ("--snapshot", "mian", "did you mean 'main'?"),
+        ("--repository", "payroll", "(it holds eshop)"),
+    ):
+        result = runner.invoke(cli, ["search", "basket", "--index", idx, option, value])
+        assert result.exit_code == 2, result.output
+        assert f"{option} {value!r}: the index holds no such" in result.stderr
+        assert near in result.stderr and "Traceback" not in result.output
+    held = runner.invoke(cli, ["search", "basket", "--index", idx, "--repository", "eshop"])
+    assert held.exit_code == 0 and "Basket" in held.stdout
+
+
+def test_a_query_of_stop_words_says_it_has_nothing_to_search(runner, tmp_path):
+    idx = str(tmp_path / "i.db")
+    assert runner.invoke(cli, ["index", str(SAMPLE_ROOT), "--index", idx]).exit_code == 0
+    empty = runner.invoke(cli, ["search", "is it the a", "--index", idx])
+    assert empty.exit_code == 0
+    assert empty.stdout == "no hits: the query has no word to search for\n"
+    none = runner.invoke(cli, ["search", "zzqx", "--index", idx])
+    assert none.exit_code == 0 and none.stdout == "no hits\n"
+
+
 def test_search_without_index_is_coded(runner, tmp_path):
     result = runner.invoke(cli, ["search", "x", "--index", str(tmp_path / "none.db")])
     assert result.exit_code == 1 and "INDEX_NOT_FOUND" in result.stderr
