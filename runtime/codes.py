@@ -269,6 +269,19 @@ _CODES: list[Code] = [
     Code("INPUT_UNKNOWN", "run", "An input was given that the pipeline does not declare."),
     Code("INPUT_TYPE", "run", "An input has the wrong type."),
     Code(
+        "INPUT_TOO_SHORT",
+        "run",
+        "A string input is shorter than the `minLength` its declaration asks for (an empty "
+        "question, say).",
+        "Pass the value the input asks for.",
+    ),
+    Code(
+        "INPUT_PATTERN",
+        "run",
+        "A string input does not match the `pattern` its declaration gives (`\\S`: not blank).",
+        "Pass the value the input asks for.",
+    ),
+    Code(
         "INPUT_TOO_LONG",
         "run",
         "A string input is longer than the `maxLength` its declaration allows.",

@@ -155,10 +155,23 @@ def apply_inputs(pipeline: Pipeline, inputs: Mapping[str, Any]) -> dict[str, Any
                 code="INPUT_TYPE",
             )
         value = values[name]
-        if spec.max_length is not None and isinstance(value, str) and len(value) > spec.max_length:
+        if not isinstance(value, str):
+            continue
+        if spec.max_length is not None and len(value) > spec.max_length:
             raise InputError(
                 f"input {name!r} holds {len(value)} characters; its maxLength is {spec.max_length}",
                 code="INPUT_TOO_LONG",
+            )
+        if spec.min_length is not None and len(value) < spec.min_length:
+            raise InputError(
+                f"input {name!r} holds {len(value)} characters; its minLength is {spec.min_length}",
+                code="INPUT_TOO_SHORT",
+            )
+        if spec.pattern is not None and re.search(spec.pattern, value) is None:
+            raise InputError(
+                f"input {name!r} ({len(value)} characters) does not match its pattern "
+                f"`{spec.pattern}`",
+                code="INPUT_PATTERN",
             )
     return values
 

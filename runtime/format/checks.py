@@ -366,12 +366,34 @@ def check_inputs(inputs: Any, engine_owned: frozenset[str]) -> Iterator[Finding]
                 key=True,
             )
         spec = inputs[name]
-        if isinstance(spec, Mapping) and "maxLength" in spec and spec.get("type") != "string":
+        if not isinstance(spec, Mapping):
+            continue
+        for field in ("maxLength", "minLength", "pattern"):
+            if field in spec and spec.get("type") != "string":
+                yield Finding(
+                    "INPUT_SPEC_INVALID",
+                    f"input {name!r}: {field} applies to `type: string` inputs only",
+                    ("inputs", name, field),
+                    hint=f"declare `type: string`, or remove {field}",
+                    key=True,
+                )
+        if isinstance(spec.get("pattern"), str):
+            try:
+                re.compile(spec["pattern"])
+            except re.error as exc:
+                yield Finding(
+                    "INPUT_SPEC_INVALID",
+                    f"input {name!r}: pattern {spec['pattern']!r} is not a regular expression "
+                    f"({exc})",
+                    ("inputs", name, "pattern"),
+                    key=True,
+                )
+        low, high = spec.get("minLength"), spec.get("maxLength")
+        if isinstance(low, int) and isinstance(high, int) and low > high:
             yield Finding(
                 "INPUT_SPEC_INVALID",
-                f"input {name!r}: maxLength applies to `type: string` inputs only",
-                ("inputs", name, "maxLength"),
-                hint="declare `type: string`, or remove maxLength",
+                f"input {name!r}: minLength {low} is over maxLength {high}: no value fits",
+                ("inputs", name, "minLength"),
                 key=True,
             )
 

@@ -54,6 +54,8 @@ class InputSpec:
     has_default: bool = False
     description: str = ""
     max_length: int | None = None  # characters, for string inputs
+    min_length: int | None = None  # characters, for string inputs
+    pattern: str | None = None  # a regular expression a string input must match (re.search)
 
 
 @dataclass
@@ -178,6 +180,10 @@ class Pipeline:
                     max_length=spec["maxLength"]
                     if isinstance(spec.get("maxLength"), int)
                     else None,
+                    min_length=spec["minLength"]
+                    if isinstance(spec.get("minLength"), int)
+                    else None,
+                    pattern=spec["pattern"] if isinstance(spec.get("pattern"), str) else None,
                 )
         inbox = mapping(data.get("inbox"))
         return cls(

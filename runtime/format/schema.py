@@ -226,6 +226,17 @@ INPUT_SCHEMA: dict[str, Any] = {
                     "description": "Most characters a string input may hold (a run refuses a "
                     "longer one with INPUT_TOO_LONG); bounds the input for static budget checks.",
                 },
+                "minLength": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Fewest characters a string input may hold (a run refuses a "
+                    "shorter one with INPUT_TOO_SHORT).",
+                },
+                "pattern": {
+                    "type": "string",
+                    "description": "A regular expression a string input must match somewhere "
+                    "(re.search; `\\S`: not blank); a run refuses another with INPUT_PATTERN.",
+                },
             },
             "additionalProperties": False,
         },
