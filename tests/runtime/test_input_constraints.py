@@ -87,3 +87,21 @@ def test_the_question_pipeline_refuses_a_blank_question_before_any_step(runner, 
         assert result.exit_code == 2, result.output
         assert result.stderr.startswith("error: INPUT_PATTERN: input 'question'")
     assert not store.exists()  # refused before a run was stored
+
+
+def test_a_string_input_after_a_non_string_one_is_still_checked():
+    pipeline = Pipeline.from_dict(
+        {
+            "steps": [],
+            "inputs": {"n": {"type": "integer"}, "q": {"type": "string", "minLength": 2}},
+        }
+    )
+    with pytest.raises(InputError) as info:
+        apply_inputs(pipeline, {"n": 1, "q": "x"})
+    assert info.value.code == "INPUT_TOO_SHORT"
+
+
+def test_one_exact_length_is_a_valid_declaration(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(PIPELINE.format(spec="type: string, minLength: 4, maxLength: 4"))
+    assert validate_paths([str(path)]).errors == 0
