@@ -234,6 +234,7 @@ def _schema_errors(
                         "YAML_BOOLEAN_KEY",
                         f"unquoted key {extra!r} is a boolean in YAML 1.1 and is not a field here",
                         kpath,
+                        hint=_quote_key_hint(pos.bool_keys[kpath].raw),
                         key=True,
                     )
                 elif e.schema.get("title") == LONG_FORM_TITLE:
@@ -444,11 +445,17 @@ def _schema_pass(
                 f"unquoted key {bk.raw!r} is a boolean in YAML 1.1; read here as the "
                 f"string {bk.raw!r}",
                 bk_path,
+                hint=_quote_key_hint(bk.raw),
                 severity="warning",
                 key=True,
             )
         )
     return out, _without(data, failed), failed
+
+
+def _quote_key_hint(raw: str) -> str:
+    """The YAML_BOOLEAN_KEY hint for the key as the file spells it (`"yes":`, not `"on":`)."""
+    return f'Quote the key ("{raw}":) so every YAML tool reads it as a string.'
 
 
 def _semantic_pass(

@@ -642,6 +642,27 @@ def test_yaml_traps_and_extends_problems_at_their_positions(registry):
     )
 
 
+def test_a_boolean_key_hint_quotes_the_key_as_written(registry):
+    # The hint said `"on":` whatever the key was; it quotes the key the file holds.
+    report = runtime.validate(str(INVALID / "yaml_traps.yaml"), registry=registry)
+    hints = {d.path: d.hint for d in report.diagnostics if d.code == "YAML_BOOLEAN_KEY"}
+    assert hints == {
+        "$.steps[0].routes.yes": 'Quote the key ("yes":) so every YAML tool reads it as a string.',
+        "$.steps[1].on": 'Quote the key ("on":) so every YAML tool reads it as a string.',
+    }
+
+
+@pytest.mark.parametrize("key", ["off", "Yes", "TRUE", "no"])
+def test_a_boolean_key_hint_names_each_spelling(tmp_path, registry, key):
+    path = _write(
+        tmp_path,
+        f"settings: {{entry_step_id: a}}\nsteps:\n  - id: a\n    action: finish\n    {key}: 1\n",
+    )
+    (found,) = [d for d in runtime.validate(path, registry=registry).diagnostics]
+    assert (found.code, found.line, found.column) == ("YAML_BOOLEAN_KEY", 5, 5)
+    assert found.hint == f'Quote the key ("{key}":) so every YAML tool reads it as a string.'
+
+
 # --- severity and exit status of `runtime validate` ---------------------------------------------
 
 
