@@ -177,6 +177,17 @@ def sarif_location(file: str, base_dir: str | None = None) -> dict[str, str]:
     return {"uri": quote(PurePosixPath(*rel.parts).as_posix()), "uriBaseId": SRCROOT}
 
 
+def sarif_text(text: str, base_dir: str | None = None) -> str:
+    """Message text with every absolute path inside base_dir made relative to it.
+
+    The locations are relative to `%SRCROOT%`; a message (or hint) naming a file by
+    its absolute path would otherwise carry the local folder the locations leave out.
+    A path outside the base stays absolute, as its location does.
+    """
+    base = os.path.abspath(base_dir or os.getcwd()).rstrip(os.sep) + os.sep
+    return text.replace(base, "") if len(base) > 1 else text
+
+
 def render_sarif(
     diagnostics: Sequence[Diagnostic], *, version: str = "0", base_dir: str | None = None
 ) -> str:
@@ -184,7 +195,8 @@ def render_sarif(
 
     Files are located relative to base_dir (default: the working directory) under
     `%SRCROOT%`; the base's own absolute URI is left out (`originalUriBaseIds` is
-    optional), so the log is the same on every machine and names no local folder.
+    optional), so the log is the same on every machine and names no local folder,
+    in the locations and in the message text alike.
     """
     used = sorted({d.code for d in diagnostics})
     rules = [_sarif_rule(name) for name in used]
@@ -202,7 +214,9 @@ def render_sarif(
                 "ruleId": d.code,
                 "ruleIndex": index[d.code],
                 "level": "error" if d.severity == "error" else "warning",
-                "message": {"text": d.message + (f" Hint: {d.hint}" if d.hint else "")},
+                "message": {
+                    "text": sarif_text(d.message + (f" Hint: {d.hint}" if d.hint else ""), base_dir)
+                },
                 "locations": [
                     {
                         "physicalLocation": {

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.format.diagnostics import Diagnostic
+from runtime.format.files import shown_path
 from runtime.format.loader import PipelineDoc, YamlFile, _diag, pipelines_in, read_yaml
 from runtime.format.source import LList, LMap, Location
 
@@ -125,10 +126,10 @@ def resolve(
             _diag("SCHEMA_TYPE", "extends must be a file path (optionally #name)", loc, path)
         ]
     file_part, _, name = ref.partition("#")
-    target = (
-        str((Path(doc.file).parent / file_part).resolve())
-        if file_part
-        else str(Path(doc.file).resolve())
+    # Read from the resolved path, named as the user named this file (relative stays relative).
+    target = shown_path(
+        (Path(doc.file).parent / file_part).resolve() if file_part else Path(doc.file).resolve(),
+        doc.file,
     )
     me = (str(Path(doc.file).resolve()), doc.name)
     stack = (*_stack, me)

@@ -58,3 +58,21 @@ def read_bounded(
     if len(raw) > limit:
         return None, (too_large, f"{path} is over {limit} bytes; the limit is {limit}")
     return raw, None
+
+
+def shown_path(path: str | os.PathLike[str], like: str | None) -> str:
+    """`path` as the user reads it: relative to the working directory when `like` is.
+
+    `like` is the file the user named (a pipeline given as `pipes/child.yaml`); a path
+    resolved from it (an `extends` target, a prompts folder) is then printed relative
+    too, while a pipeline given by absolute path keeps absolute paths. The relative form
+    is computed from the resolved path, so it names the same file whatever symlinks it
+    went through.
+    """
+    text = os.fspath(path)
+    if like is None or os.path.isabs(like) or not os.path.isabs(text):
+        return text
+    try:
+        return os.path.relpath(text)
+    except ValueError:  # another drive (Windows): no relative form
+        return text

@@ -21,6 +21,7 @@ from runtime.format.access import items, mapping
 from runtime.format.compat import NOT_YET_SUPPORTED, not_yet_supported_message
 from runtime.format.diagnostics import Diagnostic, sort_diagnostics
 from runtime.format.extends import FileCache, resolve
+from runtime.format.files import shown_path
 from runtime.format.loader import BOOL_WORDS, BoolKey, PipelineDoc, gc_paused, has_pipeline_root
 from runtime.format.pipeline import Pipeline
 from runtime.format.source import LList, LMap, Location, PathT, SourceMap, json_path
@@ -513,11 +514,12 @@ def _semantic_pass(
             for field in ("prompt_key", "translate_prompt_key"):
                 key = step.get(field)
                 if isinstance(key, str) and prompts.prompt_path(key) is None:
+                    folder = prompts.prompts_dir
                     emit(
                         ("steps", i, field),
                         "PROMPT_NOT_FOUND",
-                        f"prompt {key!r} not found under {prompts.prompts_dir}",
-                        hint=f"create {prompts.prompts_dir / key}.md",
+                        f"prompt {key!r} not found under {shown_path(folder, prompts.file)}",
+                        hint=f"create {shown_path(folder / key, prompts.file)}.md",
                     )
         if ("steps",) not in failed and ("settings",) not in failed:
             from runtime.format.budget import check_budgets

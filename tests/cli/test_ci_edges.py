@@ -343,6 +343,84 @@ def test_sarif_rules_come_from_the_code_table_and_locations_are_uris(runner, tmp
         assert ".." not in parts.path.split("/")
 
 
+MISSING_PROMPT = """\
+settings: {entry_step_id: ask}
+steps:
+  - id: ask
+    action: call_model
+    prompt_key: qa/missing
+    end: true
+"""
+
+
+def test_sarif_message_text_names_files_relative_to_the_root_like_the_locations(
+    runner, tmp_path, monkeypatch
+):
+    # Files given by absolute path inside the working directory: the locations were relative
+    # to %SRCROOT%, the message text (and the hint in it) named /tmp/.../work/...
+    work = tmp_path / "work"
+    write(tmp_path, {"work/sub/p.yaml": MISSING_PROMPT, "outside.yaml": MISSING_PROMPT})
+    monkeypatch.chdir(work)
+    args = [str(work / "sub" / "p.yaml"), str(work / "nope.yaml"), str(tmp_path / "outside.yaml")]
+    result = runner.invoke(cli, ["validate", "--format", "sarif", *args])
+    assert result.exit_code == 1
+    texts = sorted(r["message"]["text"] for r in json.loads(result.stdout)["runs"][0]["results"])
+    assert texts == [
+        "no such file: nope.yaml",
+        # outside the root: absolute, as its location is (a file:// URI)
+        f"prompt 'qa/missing' not found under {tmp_path / 'prompts'}"
+        f" Hint: create {tmp_path / 'prompts' / 'qa' / 'missing'}.md",
+        "prompt 'qa/missing' not found under sub/prompts Hint: create sub/prompts/qa/missing.md",
+    ]
+
+
+BASE = """\
+name: base
+settings: {entry_step_id: a}
+steps:
+  - id: a
+    action: call_model
+    prompt_key: qa/missing
+    next: b
+  - id: b
+    action: finalize
+"""
+CHILD = """\
+extends: ../shared/base.yaml
+name: child
+steps:
+  - id: b
+    action: finalize
+    top_k: 3
+"""
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "github", "sarif"])
+def test_a_child_pipeline_given_relative_is_reported_with_relative_paths(
+    runner, tmp_path, monkeypatch, fmt
+):
+    # The parent's diagnostics named its file by absolute path (the resolved extends target).
+    write(tmp_path, {"repo/shared/base.yaml": BASE, "repo/pipes/child.yaml": CHILD})
+    monkeypatch.chdir(tmp_path / "repo")
+    result = runner.invoke(cli, ["validate", "--format", fmt, "pipes/child.yaml"])
+    assert result.exit_code == 1
+    assert str(tmp_path) not in result.stdout
+    if fmt == "json":
+        found = json.loads(result.stdout)["diagnostics"]
+        assert sorted((d["file"], d["code"]) for d in found) == [
+            ("pipes/child.yaml", "SCHEMA_UNKNOWN_FIELD"),
+            ("shared/base.yaml", "PROMPT_NOT_FOUND"),
+        ]
+        (prompt,) = [d for d in found if d["code"] == "PROMPT_NOT_FOUND"]
+        assert prompt["message"] == "prompt 'qa/missing' not found under pipes/prompts"
+    elif fmt == "sarif":
+        results = json.loads(result.stdout)["runs"][0]["results"]
+        uris = [r["locations"][0]["physicalLocation"]["artifactLocation"] for r in results]
+        assert sorted(u["uri"] for u in uris) == ["pipes/child.yaml", "shared/base.yaml"]
+    else:
+        assert "shared/base.yaml:6:17" in result.stdout or "file=shared/base.yaml" in result.stdout
+
+
 # --- graph drawings -------------------------------------------------------------------------
 
 ROUTES = """\
