@@ -24,7 +24,7 @@ from typing import Any
 
 from actions import _summarisers  # noqa: F401  (installs the code summariser)
 from runtime.context import policy as pol
-from runtime.context.blocks import HEADER
+from runtime.context.blocks import HEADER, split_block, split_blocks
 from runtime.context.pointers import store_of
 from runtime.contract.action import StepContext
 from runtime.errors import ContextOverflowError
@@ -57,12 +57,37 @@ def user_pieces(ctx: StepContext, render: Any, note: str, escape: Any) -> list[s
             for j, block in enumerate(value):
                 if j:
                     pieces.append("\n\n")
-                pieces.append(pol.Segment(f"user_parts.{name}[{j}]", escape(block), summarizable))
+                pieces += _block_pieces(
+                    f"user_parts.{name}[{j}]", escape(block), summarizable, kind
+                )
+            pieces.append("\n</evidence>")
+        elif isinstance(value, str) and HEADER in value:
+            # Blocks joined in one string: cut before each header (escaping is per block
+            # as render's is over the whole: no escaped pattern spans a header).
+            pieces.append(f"{note}\n<evidence>\n")
+            for j, chunk in enumerate(split_blocks(value)):
+                pieces += _block_pieces(
+                    f"user_parts.{name}[{j}]", escape(chunk), summarizable, kind
+                )
             pieces.append("\n</evidence>")
         else:
             pieces.append(pol.Segment(f"user_parts.{name}", render(value), summarizable, kind))
         pieces.append(after)
     return pieces
+
+
+def _block_pieces(sid: str, block: str, summarizable: bool, kind: str | None) -> list[Any]:
+    """An evidence block as its header (fixed text) and its text (the segment).
+
+    Only the text may go behind a pointer: the header names the node, so a summarised
+    block is still read, and cited, as its node (issue 24).
+    """
+    head, text = split_block(block)
+    return (
+        [head, pol.Segment(sid, text, summarizable, kind)]
+        if head
+        else [pol.Segment(sid, text, summarizable, kind)]
+    )
 
 
 def prompt_of(
@@ -95,11 +120,13 @@ def stage(
     note: str,
     escape: Any,
     thread: str | None = None,
+    preamble_tokens: int = 0,
 ) -> tuple[list[dict[str, Any]], int]:
     """Apply the step's context policy; the messages to send and their exact token count.
 
     `thread`: the thread a `full` step resolved (fid.resolve_thread), None for a fresh
-    conversation, whose turns are conversation_history's.
+    conversation, whose turns are conversation_history's. `preamble_tokens`: the fidelity
+    preamble's share of the system message (a reject names it when it is the cause).
     """
     cfg = pol.policy_config(ctx.settings, ctx.step)
     config = provider.config
@@ -117,20 +144,27 @@ def stage(
         store=store if store is not None else pol.NoStore(),
         run_id=ctx.run_id,
         overhead=overhead,
+        preamble_tokens=preamble_tokens,
     )
-    ctx.trace("CONTEXT_BUDGET_DECISION", **decision.trace_data(ctx.step_id, config.name))
+    data = decision.trace_data(ctx.step_id, config.name)
     if decision.decision == "reject":
+        # The prompt as it came, for `runtime trace RUN --step ID --full` (or --messages).
+        ctx.trace("CONTEXT_BUDGET_DECISION", **data, messages=rejected_prompt(messages))
+        bound = "" if decision.exact else "at least "
         raise ContextOverflowError(
-            f"prompt {decision.prompt_tokens}{'' if decision.exact else '+'} tokens exceeds the "
+            f"prompt {bound}{decision.prompt_tokens} tokens exceeds the "
             f"{decision.budget}-token prompt budget of {config.name} ({config.context_window}-"
-            f"token window, {decision.reserve} reserved for output) by {decision.deficit}: "
-            f"{decision.reason}",
+            f"token window, {decision.reserve} reserved for output) by {bound}"
+            f"{decision.deficit}: {decision.reason}",
             step_id=ctx.step_id,
+            hint=f"{decision.hint} The rejected prompt: runtime trace {ctx.run_id} --step "
+            f"{ctx.step_id} --messages (the decision's numbers: --full).",
         )
     if cfg.dry_run:  # decided and traced; the prompt goes as assembled
         sent = messages
         tokens = sum(counter.count_cached(m.get("content") or "") + overhead for m in messages)
         if tokens + profile.reserve > config.context_window:
+            ctx.trace("CONTEXT_BUDGET_DECISION", **data, sent_tokens=None)
             raise ContextOverflowError(
                 f"prompt {tokens} tokens + {profile.reserve} reserved for output exceeds the "
                 f"{config.context_window}-token window of {config.name} (context_policy dry_run)",
@@ -142,9 +176,30 @@ def stage(
             for m, pm in zip(messages, prompt, strict=True)
         ]
         tokens = decision.prompt_tokens
+    # What goes to the model in the first round (a dry run sends the prompt as assembled).
+    ctx.trace("CONTEXT_BUDGET_DECISION", **data, sent_tokens=tokens)
     if tokens > profile.budget:
         ctx.increment("context_budget_violations")
     return sent, tokens
+
+
+# A rejected prompt may be megabytes: the trace keeps this much of each message.
+REJECTED_CHARS = 100_000
+
+
+def rejected_prompt(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages of a rejected prompt for the trace, each cut at REJECTED_CHARS (said so)."""
+    out = []
+    for m in messages:
+        content = m.get("content") or ""
+        if len(content) > REJECTED_CHARS:
+            content = (
+                content[:REJECTED_CHARS]
+                + f"\n[… the trace keeps the first {REJECTED_CHARS:,} of {len(content):,} "
+                "characters of this message]"
+            )
+        out.append({"role": m["role"], "content": content})
+    return out
 
 
 def _compact(

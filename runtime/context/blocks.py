@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from runtime.context.tokens import TokenCounter
 
 HEADER = "--- NODE ---"
+TEXT_LINE = "\ntext:\n"
 _ID_LINE = re.compile(r"^id: (.+)$", re.M)
 
 
@@ -51,6 +52,32 @@ def format_block(
     lines.append("text:")
     lines.append(item.get("text", "") if text is None else text)
     return "\n".join(lines)
+
+
+def split_block(block: str) -> tuple[str, str]:
+    """(header, text) of a block: everything up to and including its `text:` line, the rest.
+
+    The header is what identifies the node (id, path, language, compact, metadata): the
+    context policy elides only the text behind a pointer, so a summarised block is still
+    cited as its node. A string that is no block is all text (its header is "").
+    """
+    if not block.startswith(HEADER):
+        return "", block
+    at = block.find(TEXT_LINE)
+    if at < 0:
+        return "", block  # no text line: nothing tells where the text starts
+    end = at + len(TEXT_LINE)
+    return block[:end], block[end:]
+
+
+def split_blocks(text: str) -> list[str]:
+    """A string of blocks cut before each block header (the first piece may be no block).
+
+    Joined again, the pieces are the string; each piece after the first starts with HEADER
+    and holds no other header.
+    """
+    pieces = text.split(HEADER)
+    return [p for p in pieces[:1] if p] + [HEADER + p for p in pieces[1:]]
 
 
 def block_id(block: str) -> str | None:
