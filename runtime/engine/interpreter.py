@@ -21,6 +21,7 @@ from typing import Any
 from runtime.contract.action import Action, Outcome
 from runtime.contract.message import Message
 from runtime.contract.registry import Registry, default_registry
+from runtime.engine import faults
 from runtime.engine.inbox import Inbox
 from runtime.engine.services import Services
 from runtime.engine.state import RunState, action_defaults, apply_inputs, initial_variables
@@ -223,16 +224,26 @@ class Engine:
         run_id = run_id or uuid.uuid4().hex[:12]
         variables = apply_inputs(self.pipeline, inputs or {})
         state = RunState(variables=initial_variables(self.defaults, variables))
-        tracer = Tracer(run_id, listeners=[on_event] if on_event else [])
-        if self.store is not None:
-            self.store.create_run(run_id, self.pipeline, dict(inputs or {}), **self._durability_kw)
-        tracer.emit(
+        tracer = Tracer(run_id)
+        started = tracer.emit(
             "RUN_STARTED",
             None,
             pipeline=self.pipeline.name,
             inputs=sorted(variables),
             defaults=sorted(set(self.defaults) - set(variables)),
         )
+        if self.store is not None:
+            # RUN_STARTED is stored with the run: a kill before the first checkpoint keeps it.
+            self.store.create_run(
+                run_id,
+                self.pipeline,
+                dict(inputs or {}),
+                events=tracer.drain(),
+                **self._durability_kw,
+            )
+        if on_event:  # only once the run exists (a duplicate run id is refused above)
+            tracer.listeners.append(on_event)
+            on_event(started)
         pos = _Position(self.pipeline.entry_step_id, state, Inbox(), self._durability_kw)
         return self._drive(run_id, pos, tracer, variables, max_steps, cancel)
 
@@ -253,6 +264,9 @@ class Engine:
             raise RunError(f"run {run_id} has completed", code="RUN_NOT_RESUMABLE")
         if saved["content_hash"] != self.pipeline.content_hash and not force:
             raise RunError(f"pipeline changed since run {run_id} started", code="PIPELINE_CHANGED")
+        # The step killed before its checkpoint runs again: it must find the pointers the
+        # checkpoint knew, not those it stored itself (a compaction would not be counted).
+        self.store.rewind(run_id)
         engine = saved["engine"]
         state = RunState(
             variables=saved["variables"],
@@ -658,6 +672,8 @@ class Engine:
     def _checkpoint(self, run_id: str, pos: _Position, tracer: Tracer, status: str) -> None:
         if self.store is None:
             return
+        if faults.ARMED:  # a test kills the process here (STEP_RUNTIME_KILL_AT=checkpoint:N)
+            faults.reached("checkpoint")
         engine = {**pos.state.engine_dict(), "inbox": pos.inbox.to_dict()}
         if pos.arrival_from is not None:  # what the next step is told it arrived by
             engine["arrival"] = {"from": pos.arrival_from, "attrs": dict(pos.arrival)}

@@ -5,7 +5,8 @@ one file. A checkpoint costs the same at any step of any run: it rewrites only t
 variables written since the last checkpoint (large context is not rewritten every
 step), appends the new steps and events, and updates two small rows; a run's inputs
 are written once, apart from the run row. The schema changes only through the
-ordered, named migrations below.
+ordered, named migrations below. A run's first event (RUN_STARTED) is written with the
+run; the pointers a step stores before its checkpoint are provisional until it (m006).
 
 Durability (per run, `settings.durability`, `--durability`): `normal` commits to the
 WAL without an fsync (a crash of the process loses nothing; a power cut or kernel
@@ -36,9 +37,15 @@ class RunStore(Protocol):
 
     # `durability` ("normal" or "full") is passed only when a run asks for one.
     def create_run(
-        self, run_id: str, pipeline: Any, inputs: dict[str, Any], *, durability: str | None = None
+        self,
+        run_id: str,
+        pipeline: Any,
+        inputs: dict[str, Any],
+        *,
+        durability: str | None = None,
+        events: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Record a new run."""
+        """Record a new run with its first events (RUN_STARTED), in one transaction."""
 
     def checkpoint(
         self,
@@ -70,6 +77,9 @@ class RunStore(Protocol):
 
     def set_status(self, run_id: str, status: str, *, durability: str | None = None) -> None:
         """Change a run's status."""
+
+    def rewind(self, run_id: str) -> None:
+        """Forget what a run stored after its last checkpoint (before resuming it)."""
 
 
 def _m1_initial(db: sqlite3.Connection) -> None:
@@ -165,12 +175,34 @@ def _m5_original_index(db: sqlite3.Connection) -> None:
     )
 
 
+def _m6_pointers_pending(db: sqlite3.Connection) -> None:
+    """A run's pointers stored since its last checkpoint, provisional until the next one.
+
+    A step stores its pointers as it runs, its checkpoint comes after: killed between the
+    two, the step runs again on resume and must find the run's pointers as they were at
+    the checkpoint (call_model counts a compaction only for a pointer the run did not have;
+    issue 25). The trigger marks every new `run_pointers` row; a checkpoint clears the
+    run's marks in its transaction; a resume (`rewind`) deletes the rows still marked.
+    `run_pointers` rows are inserted OR IGNORE, never replaced: a replaced row would be
+    marked again although a checkpoint already holds it.
+    """
+    db.execute(
+        "CREATE TABLE run_pointers_pending (run_id TEXT NOT NULL, pointer_id TEXT NOT NULL,"
+        " PRIMARY KEY (run_id, pointer_id)) WITHOUT ROWID"
+    )
+    db.execute(
+        "CREATE TRIGGER run_pointers_pending AFTER INSERT ON run_pointers BEGIN"
+        " INSERT OR IGNORE INTO run_pointers_pending VALUES (new.run_id, new.pointer_id); END"
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m1_initial),
     ("m002_append_only", _m2_append_only),
     ("m003_pointers", _m3_pointers),
     ("m004_threads", _m4_threads),
     ("m005_original_index", _m5_original_index),
+    ("m006_pointers_pending", _m6_pointers_pending),
 ]
 # Characters per stored chunk of an indexed original: a slice reads the few chunks its
 # range covers (loading a 5 MB original whole from SQLite takes 6-45 ms).
@@ -291,9 +323,15 @@ class SqliteRunStore:
         inputs: dict[str, Any],
         *,
         durability: str | None = None,
+        events: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Record a new run (a duplicate id is an error); its inputs are stored once."""
+        """Record a new run (a duplicate id is an error); its inputs are stored once.
+
+        `events` (the engine's RUN_STARTED) are written in the same transaction, so a run
+        killed before its first checkpoint still begins its trace with them.
+        """
         now = time.time()
+        data = self._event_rows(run_id, events or [])
 
         def fn(db: sqlite3.Connection) -> None:
             try:
@@ -315,6 +353,8 @@ class SqliteRunStore:
             # Apart from the runs row, which every checkpoint updates: a 1 MB input is
             # written here once, not again with every step.
             db.execute("INSERT INTO run_inputs VALUES (?, ?)", (run_id, json.dumps(inputs)))
+            if data:
+                db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", data)
 
         self._tx(fn, durability)
         with self._lock:
@@ -366,7 +406,7 @@ class SqliteRunStore:
         ]
         state = json.dumps({k: v for k, v in engine.items() if k not in ("step_trace", "threads")})
         seq = events[-1]["seq"] if events else 0
-        data = [(run_id, e["seq"], e["type"], e.get("step_id"), json.dumps(e)) for e in events]
+        data = self._event_rows(run_id, events)
 
         def fn(db: sqlite3.Connection) -> None:
             if rows:
@@ -389,6 +429,8 @@ class SqliteRunStore:
             )
             if data:
                 db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", data)
+            # The pointers stored since the last checkpoint are the run's now (see m006).
+            db.execute("DELETE FROM run_pointers_pending WHERE run_id = ?", (run_id,))
             if status != "running":  # a running run's row already says so (set_status)
                 db.execute("UPDATE runs SET status = ? WHERE id = ?", (status, run_id))
 
@@ -402,6 +444,10 @@ class SqliteRunStore:
             memo.steps = max(memo.steps, len(trace))
             for tid, messages in threads.items():
                 memo.threads[tid] = max(memo.threads.get(tid, 0), len(messages))
+
+    @staticmethod
+    def _event_rows(run_id: str, events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(run_id, e["seq"], e["type"], e.get("step_id"), json.dumps(e)) for e in events]
 
     def finish(
         self,
@@ -426,6 +472,23 @@ class SqliteRunStore:
             ),
             durability,
         )
+
+    def rewind(self, run_id: str) -> None:
+        """Forget what a run stored after its last checkpoint (before resuming it).
+
+        A step killed before its checkpoint runs again; the pointers it stored are dropped
+        (the originals stay, stored by content), so it finds the run as the checkpoint left it.
+        """
+
+        def fn(db: sqlite3.Connection) -> None:
+            db.execute(
+                "DELETE FROM run_pointers WHERE run_id = ? AND pointer_id IN"
+                " (SELECT pointer_id FROM run_pointers_pending WHERE run_id = ?)",
+                (run_id, run_id),
+            )
+            db.execute("DELETE FROM run_pointers_pending WHERE run_id = ?", (run_id,))
+
+        self._tx(fn)
 
     def set_status(self, run_id: str, status: str, *, durability: str | None = None) -> None:
         """Change a run's status."""
@@ -487,6 +550,9 @@ class SqliteRunStore:
             )
         inputs = json.loads(row[2]) if row[2] is not None else {}
         if cp is None:  # crashed before the first checkpoint: start over from the entry
+            (seq,) = db.execute(  # the events stored with the run (RUN_STARTED)
+                "SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?", (run_id,)
+            ).fetchone()
             return {
                 "status": row[0],
                 "content_hash": row[1],
@@ -495,7 +561,7 @@ class SqliteRunStore:
                 "variables": dict(inputs),
                 "engine": {},
                 "position": None,
-                "event_seq": 0,
+                "event_seq": seq,
                 "fresh": True,
             }
         return {

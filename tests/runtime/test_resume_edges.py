@@ -184,7 +184,8 @@ def test_sigkill_before_the_first_checkpoint_resumes_from_the_entry(tmp_path, mo
     store = runtime.SqliteRunStore(db)
     [row] = store.runs()
     assert (row["run_id"], row["status"], row["steps"]) == ("early", "running", 0)
-    assert store.events("early") == []
+    # RUN_STARTED was stored with the run (issue 25: a kill before the first checkpoint lost it)
+    assert [e["type"] for e in store.events("early")] == ["RUN_STARTED"]
 
     resumed = Engine(mod.PIPELINE, registry=mod.REG, store=store).resume("early")
     ref = Engine(mod.PIPELINE, registry=mod.REG).run({"greeting": "hi"}, run_id="ref")
@@ -203,12 +204,13 @@ def test_sigkill_before_the_first_checkpoint_resumes_from_the_entry(tmp_path, mo
     assert resumed.steps == ["first", "second"]
     events = store.events("early")
     assert [(e["seq"], e["type"]) for e in events] == [
-        (1, "RUN_RESUMED"),
-        (2, "STEP"),
+        (1, "RUN_STARTED"),
+        (2, "RUN_RESUMED"),
         (3, "STEP"),
-        (4, "RUN_COMPLETED"),
+        (4, "STEP"),
+        (5, "RUN_COMPLETED"),
     ]
-    assert events[0]["position"] == "first"
+    assert events[1]["position"] == "first"
     [row] = store.runs()
     assert (row["status"], row["steps"]) == ("completed", 2)
 
