@@ -177,6 +177,14 @@ _CODES: list[Code] = [
         "settings.default_fidelity, or remove the thread_id.",
     ),
     Code(
+        "FIDELITY_WITHOUT_MODEL",
+        "graph",
+        "`fidelity` or `thread_id` is set on a step, or on a transition into a step, whose "
+        "action makes no model call that reads it (only a call_model step's prompt takes a "
+        "fidelity preamble or a thread), so it has no effect.",
+        "Move the field to the model step it is meant for, or remove it.",
+    ),
+    Code(
         "ERROR_CODE_UNKNOWN",
         "graph",
         "A step's `catch` or `retry.on` names an error code that is not in the code table, so "

@@ -126,6 +126,19 @@ def _type_ok(value: Any, type_name: str) -> bool:
     return isinstance(value, _PY_TYPES[type_name])
 
 
+def _near_inputs(unknown: Iterable[str], declared: list[str]) -> str:
+    """The hint for unknown inputs: each one near a declared name, as "'question' for 'questoin'"."""
+    import difflib
+
+    near = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, declared, n=1, cutoff=0.6)
+        close = close or [d for d in declared if d.lower() == name.lower()][:1]
+        if close:
+            near.append(f"{close[0]!r} for {name!r}")
+    return f"did you mean {', '.join(near)}?" if near else ""
+
+
 def apply_inputs(pipeline: Pipeline, inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Check inputs against the pipeline's declaration; return the initial variables."""
     values = dict(inputs)
@@ -141,6 +154,7 @@ def apply_inputs(pipeline: Pipeline, inputs: Mapping[str, Any]) -> dict[str, Any
             f"unknown input(s) {', '.join(unknown)}; declared: "
             f"{', '.join(sorted(pipeline.inputs)) or 'none'}",
             code="INPUT_UNKNOWN",
+            hint=_near_inputs(unknown, sorted(pipeline.inputs)) or None,
         )
     for name, spec in pipeline.inputs.items():
         if name not in values:

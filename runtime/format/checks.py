@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -350,6 +350,51 @@ def check_threads(graph: Graph, settings: Mapping[str, Any]) -> Iterator[Finding
             ("settings", "default_thread"),
             severity="warning",
         )
+
+
+FIDELITY_FIELDS = ("fidelity", "thread_id")
+
+
+def check_fidelity_readers(graph: Graph, reads: Callable[[str], bool]) -> Iterator[Finding]:
+    """`fidelity` / `thread_id` where no model call reads them: a warning at the field.
+
+    On a step, or on a long-form transition into a step, whose action makes no model
+    call that takes a fidelity preamble or a thread (`reads(step_id)` is False).
+
+    Steps of unknown actions (reported on their own) are not judged.
+    """
+
+    def judged(sid: str) -> bool:
+        return sid in graph.pos and sid not in graph.unknown and not reads(sid)
+
+    for sid in graph.ids:
+        i = _index_of(graph, sid)
+        action = graph.steps[i].get("action")
+        for field in FIDELITY_FIELDS:
+            if field in graph.steps[i] and judged(sid):
+                yield Finding(
+                    "FIDELITY_WITHOUT_MODEL",
+                    f"step {sid!r} sets {field}, but its action {action} makes no model call "
+                    "that reads it: it has no effect",
+                    ("steps", i, field),
+                    severity="warning",
+                    key=True,
+                )
+        for edge, path in graph.edges[sid]:
+            fields = [f for f in FIDELITY_FIELDS if f in edge.attrs]
+            if not fields or not judged(edge.target):
+                continue
+            target = graph.steps[_index_of(graph, edge.target)].get("action")
+            for field in fields:
+                yield Finding(
+                    "FIDELITY_WITHOUT_MODEL",
+                    f"step {sid!r} {edge.label} -> {edge.target!r} sets {field}, but "
+                    f"{edge.target!r} ({target}) makes no model call that reads it: "
+                    "it has no effect",
+                    (*path[:-1], field),
+                    severity="warning",
+                    key=True,
+                )
 
 
 def check_inputs(inputs: Any, engine_owned: frozenset[str]) -> Iterator[Finding]:

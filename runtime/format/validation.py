@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -494,7 +495,11 @@ def _semantic_pass(
     if ("steps",) not in failed and ("settings",) not in failed:
         # One graph for the graph checks and the dataflow checks: building it is most of the cost.
         step_graph = checks.Graph.build(plain_steps, registry, doubtful)
-        for f in checks.run_all(plain_steps, settings, registry, doubtful, graph=step_graph):
+        readers = _fidelity_readers(step_graph, settings, prompts)
+        for f in chain(
+            checks.run_all(plain_steps, settings, registry, doubtful, graph=step_graph),
+            checks.check_fidelity_readers(step_graph, readers),
+        ):
             emit(f.path, f.code, f.message, hint=f.hint, severity=f.severity, key=f.key)
         if ("inputs",) not in failed:  # `inputs: 5`: which variables come in is unknown
             from runtime.format.dataflow import check_graph
@@ -531,6 +536,33 @@ def _semantic_pass(
             ):
                 emit(f.path, f.code, f.message, hint=f.hint, severity=f.severity)
     return out
+
+
+class _NoPrompts:
+    """The pipeline view of a check run without a pipeline file: no prompt file is found."""
+
+    prompts_dir = None
+
+    def prompt_path(self, key: str) -> None:
+        return None
+
+
+def _fidelity_readers(
+    graph: checks.Graph, settings: Mapping[str, Any], pipeline: Pipeline | None
+) -> Callable[[str], bool]:
+    """Whether a step's action makes a model call that reads fidelity (its prompt envelope)."""
+    view = pipeline if pipeline is not None else _NoPrompts()
+    memo: dict[str, bool] = {}
+
+    def reads(sid: str) -> bool:
+        if sid not in memo:
+            cls = graph.actions.get(sid)
+            step = graph.steps[graph.pos[sid]]
+            envelope = cls.prompt_envelope(step, settings, view) if cls is not None else None
+            memo[sid] = envelope is not None and envelope.fidelity
+        return memo[sid]
+
+    return reads
 
 
 def _declared_inputs(inputs: Any, failed: set[PathT]) -> dict[str, Any] | None:

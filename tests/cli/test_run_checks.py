@@ -129,6 +129,25 @@ def test_input_errors_exit_2_without_a_run(runner, files):
     assert not (files / "runs.db").exists()
 
 
+def test_an_unknown_input_gets_a_did_you_mean(runner, files):
+    result = exec_(runner, files, "--input", "questoin=q", pipeline="ask.yaml")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: INPUT_UNKNOWN: unknown input(s) questoin; declared: question\n"
+        "hint: did you mean 'question' for 'questoin'?\n"
+    )
+    # Only a name with a near declared one gets a suggestion; with none, no hint line.
+    two = exec_(runner, files, "--input", "Question=q", "--input", "zzz=1", pipeline="ask.yaml")
+    assert two.exit_code == 2
+    assert two.stderr.splitlines()[1:] == ["hint: did you mean 'question' for 'Question'?"]
+    # A name differing only in case is near too, however different difflib finds it.
+    shout = exec_(runner, files, "--input", "QUESTION=q", pipeline="ask.yaml")
+    assert shout.stderr.splitlines()[1:] == ["hint: did you mean 'question' for 'QUESTION'?"]
+    far = exec_(runner, files, "--input", "question=q", "--input", "zzz=1", pipeline="ask.yaml")
+    assert far.exit_code == 2
+    assert far.stderr == "error: INPUT_UNKNOWN: unknown input(s) zzz; declared: question\n"
+
+
 # --- --inputs / --input limits -------------------------------------------------------------
 
 

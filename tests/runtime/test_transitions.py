@@ -213,7 +213,23 @@ def test_the_long_form_example_validates_clean(tmp_path):
     path.write_text(json.dumps(LONG))
     yaml_path = tmp_path / "long.yaml"
     yaml_path.write_text(path.read_text())  # JSON is YAML
-    assert validate_paths([str(yaml_path)], registry=REG).diagnostics == []
+    # The example puts fidelity on steps of every kind; only model steps read it, so each
+    # of those is a FIDELITY_WITHOUT_MODEL warning (tests/runtime/test_fidelity_fields.py).
+    assert [
+        (d.severity, d.code, d.path)
+        for d in validate_paths([str(yaml_path)], registry=REG).diagnostics
+    ] == [
+        ("warning", "FIDELITY_WITHOUT_MODEL", path)
+        for path in (
+            "$.steps[0].on_allow.fidelity",
+            "$.steps[0].on_allow.thread_id",
+            "$.steps[0].catch.ALL.fidelity",
+            "$.steps[1].routes.again.fidelity",
+            "$.steps[1].fidelity",
+            "$.steps[1].thread_id",
+            "$.steps[2].routes.x.next.fidelity",
+        )
+    ]
     pipeline = load_pipeline(str(yaml_path), registry=REG)
     assert pipeline.step("g").next is None
     assert [s.id for s in pipeline.steps] == ["g", "r", "p", "end"]
@@ -399,7 +415,8 @@ def test_the_entry_step_is_arrived_at_without_a_transition(tmp_path):
         inputs: {answer: string}
         """,
     )
-    assert found(path) == []
+    # No THREAD_WITHOUT_FULL; a loop_guard reads neither field (FIDELITY_WITHOUT_MODEL).
+    assert [code for code, *_ in found(path)] == ["FIDELITY_WITHOUT_MODEL"] * 3
 
 
 # --- runtime graph ------------------------------------------------------------------------
