@@ -82,16 +82,20 @@ def complete(
     overhead: int,
     count: Callable[[str], int],
     on_chunk: Any = None,
+    on_round: Callable[[int, list[dict[str, Any]]], None] | None = None,
 ) -> tuple[Any, list[dict[str, Any]]]:
     """Ask the model, running the tools it calls for at most `rounds` rounds.
 
     Returns the final reply and the messages of the request that got it.
     `spare(messages)` is the prompt budget less the prompt `messages` make (negative when
-    over); `overhead` the framing tokens of one more message.
+    over); `overhead` the framing tokens of one more message; `on_round(n, messages)` is
+    told of each request just before it is sent (n = 0 for the first).
     """
     offered = [SPECS[name] for name in tools]
     request = dataclasses.replace(request, tools=offered or None, messages=list(request.messages))
     for number in range(rounds + 1):
+        if on_round is not None:
+            on_round(number, request.messages)
         response = provider.complete(request, on_chunk=on_chunk)
         if not response.tool_calls:
             return response, request.messages

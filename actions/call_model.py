@@ -240,9 +240,17 @@ class CallModel(Action):
 
     @staticmethod
     def complete_with_tools(
-        ctx: StepContext, provider: Any, request: Any, on_chunk: Any
+        ctx: StepContext,
+        provider: Any,
+        request: Any,
+        on_chunk: Any,
+        sent: list[int] | None = None,
     ) -> tuple[Any, list[dict[str, Any]]]:
-        """Offer the step's tools for max_tool_rounds rounds (actions/_tools.py); reply, messages."""
+        """Offer the step's tools for max_tool_rounds rounds (actions/_tools.py); reply, messages.
+
+        `sent` gets each request's exact prompt tokens; each request after the first is
+        traced (CONTEXT_BUDGET_ROUND: the round, its prompt tokens and the budget).
+        """
         from actions import _tools
         from runtime.context import policy
 
@@ -269,6 +277,20 @@ class CallModel(Action):
             )
             return limit - used
 
+        def on_round(number: int, messages: list[dict[str, Any]]) -> None:
+            tokens = limit - spare(messages)
+            if sent is not None:
+                sent.append(tokens)
+            if number:  # the first request's decision is the budget stage's
+                ctx.trace(
+                    "CONTEXT_BUDGET_ROUND",
+                    model=config.name,
+                    round=number,
+                    prompt_tokens=tokens,
+                    budget=limit,
+                    exact=True,
+                )
+
         return _tools.complete(
             ctx,
             provider,
@@ -279,6 +301,7 @@ class CallModel(Action):
             overhead=MESSAGE_OVERHEAD,
             count=counter.count,
             on_chunk=on_chunk,
+            on_round=on_round,
         )
 
     @staticmethod
@@ -288,12 +311,14 @@ class CallModel(Action):
         messages: list[dict[str, str]],
         reserve: int,
         thread: str | None = None,
+        preamble_tokens: int = 0,
     ) -> tuple[list[dict[str, str]], int]:
         """The context policy (actions/_budget.py): messages to send, their exact tokens.
 
         Without a context_policy it is the window check (CONTEXT_OVERFLOW); with one,
         oversized summarisable payloads become pointers until the prompt fits its budget.
-        `thread`: the thread a `full` step joined (its compaction is traced under that id).
+        `thread`: the thread a `full` step joined (its compaction is traced under that id);
+        `preamble_tokens`: the fidelity preamble's share of the system message.
         """
         from actions import _budget
 
@@ -307,6 +332,7 @@ class CallModel(Action):
             note=EVIDENCE_NOTE,
             escape=lambda block: _CLOSE.sub("<\\/evidence", _one_block(block)),
             thread=thread,
+            preamble_tokens=preamble_tokens,
         )
 
     def assemble(
@@ -388,7 +414,10 @@ class CallModel(Action):
         # A `full` step sends its thread (a degraded one sends none: its turns, if any, are
         # conversation_history's).
         thread = fidelity.get("thread_id") if fidelity.get("fidelity") == "full" else None
-        messages, prompt_tokens = self.budget_stage(ctx, provider, messages, reserve, thread)
+        preamble = int(fidelity.get("preamble_tokens") or 0)
+        messages, prompt_tokens = self.budget_stage(
+            ctx, provider, messages, reserve, thread, preamble
+        )
         json_mode = bool(ctx.step.get("json"))
         # JSON is not streamed to the terminal: it is for the next step, not for a reader.
         on_chunk = None if json_mode else getattr(ctx.services, "on_model_chunk", None)
@@ -406,10 +435,16 @@ class CallModel(Action):
             metadata={"run_id": ctx.run_id, **metadata},
         )
         tools = list(ctx.step.get("tools") or [])
+        sent: list[int] = []  # each tool round's prompt tokens
         if tools:
-            response, messages = self.complete_with_tools(ctx, provider, request, on_chunk)
+            response, messages = self.complete_with_tools(
+                ctx, provider, request, on_chunk, sent
+            )
         else:
             response = provider.complete(request, on_chunk=on_chunk)
+        if len(sent) > 1:  # the final request's prompt, and every round's
+            prompt_tokens = sent[-1]
+            fidelity["round_prompt_tokens"] = sent
         trace_model_call(ctx, provider, response, prompt_tokens, messages, **fidelity)
         text = response.text
         if json_mode:

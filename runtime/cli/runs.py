@@ -112,7 +112,13 @@ def trace(
     if step_id is not None:
         events = _of_step(events, run_id, step_id)
     if messages:
-        calls = [e for e in events if e["type"] == "MODEL_CALL"]
+        # A prompt the budget policy rejected is kept on its decision (docs/budget.md).
+        calls = [
+            e
+            for e in events
+            if e["type"] == "MODEL_CALL"
+            or (e["type"] == "CONTEXT_BUDGET_DECISION" and "messages" in e)
+        ]
         if not calls:
             from runtime.errors import UsageError
 
@@ -233,7 +239,8 @@ def _render_messages(calls: list[dict[str, Any]]) -> str:
             )
             if call.get(key) is not None
         )
-        out.append(f"=== {call['step_id']}: model call {n} of {len(calls)} ({about}) ===\n")
+        what = "rejected prompt, not sent" if call["type"] != "MODEL_CALL" else "model call"
+        out.append(f"=== {call['step_id']}: {what} {n} of {len(calls)} ({about}) ===\n")
         for i, message in enumerate(call.get("messages") or [], 1):
             out.append(f"--- message {i}: {message.get('role')} ---\n")
             content = str(message.get("content", ""))

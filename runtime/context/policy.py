@@ -115,10 +115,20 @@ class Profile:
     floor: int
 
 
-def model_profile(model: str, window: int, max_output_tokens: int, cfg: PolicyConfig) -> Profile:
-    """The profile of a call: the budget is the window less the reserve, or less if set."""
+def model_profile(
+    model: str, window: int, max_output_tokens: int, cfg: PolicyConfig, margin: float = 0.0
+) -> Profile:
+    """The profile of a call: the budget is the window less the reserve, or less if set.
+
+    A token_margin (the model's tokenizer is not the one counting) makes it the largest
+    count with count * (1 + margin) <= window - reserve, in exact decimal arithmetic.
+    """
+    from fractions import Fraction
+
     reserve = cfg.response_reserve if cfg.response_reserve is not None else max_output_tokens
     budget = window - reserve
+    if margin and budget > 0:
+        budget = int(budget / (1 + Fraction(repr(float(margin)))))
     if cfg.prompt_budget is not None:
         budget = min(budget, cfg.prompt_budget)
     return Profile(model, window, reserve, budget, cfg.emergency_floor)
@@ -158,22 +168,50 @@ class PromptMessage:
 
 @dataclass
 class Decision:
-    """What the policy decided for one call, for the trace and the caller."""
+    """What the policy decided for one call, for the trace and the caller.
+
+    A count is exact unless its flag says otherwise: a payload too large to be worth
+    encoding whole is sized by a lower bound (`lower_bound`), and so is every total it is
+    part of. `lower_bounds` names the event's fields that are bounds, not counts.
+    """
 
     decision: str  # ok | needs_summary | reject
     reason: str
     prompt_tokens: int  # as sent (exact), or the lower bound the reject was decided on
-    original_tokens: int  # before any summary (a lower bound when "exact" is False)
+    original_tokens: int  # before any summary (a lower bound when original_exact is False)
     budget: int
     reserve: int
     deficit: int
     summarised: list[dict[str, Any]] = field(default_factory=list)
     dry_run: bool = False
-    exact: bool = True
+    exact: bool = True  # prompt_tokens (and a reject's deficit) is a count, not a bound
+    original_exact: bool = True
+    # A reject's cause (see REJECT_CAUSES), its numbers and what to do about it.
+    cause: str = ""
+    hint: str = ""
+    breakdown: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def lower_bounds(self) -> list[str]:
+        """The fields of the trace event that hold lower bounds instead of exact counts."""
+        out = []
+        if not self.exact:
+            out.append("prompt_tokens")
+        if not self.original_exact:
+            out.append("original_tokens")
+        # A reject's deficit is over the prompt it could make, a summary's over the original.
+        if self.deficit and not (self.exact if self.decision == "reject" else self.original_exact):
+            out.append("deficit")
+        out += [
+            f"summaries[{i}].tokens_before"
+            for i, s in enumerate(self.summarised)
+            if not s.get("tokens_before_exact", True)
+        ]
+        return out
 
     def trace_data(self, step: str, model: str) -> dict[str, Any]:
         """The CONTEXT_BUDGET_DECISION event's fields."""
-        return {
+        out = {
             "step": step,
             "model": model,
             "prompt_tokens": self.prompt_tokens,
@@ -186,7 +224,30 @@ class Decision:
             "summarised": [s["pointer_id"] for s in self.summarised],
             "summaries": self.summarised,
             "dry_run": self.dry_run,
+            "exact": not self.lower_bounds,
+            "lower_bounds": self.lower_bounds,
         }
+        if self.decision == "reject":
+            out.update(cause=self.cause, hint=self.hint, breakdown=self.breakdown)
+        return out
+
+
+# Why a prompt was rejected (Decision.cause), each with the hint the error carries.
+REJECT_CAUSES: dict[str, str] = {
+    "no_policy": "Set a context_policy so oversized payloads are summarised behind pointers, "
+    "or bound the parts named (an input's maxLength, manage_context_budget).",
+    "floor": "Raise prompt_budget (or the window) to at least emergency_floor, or lower "
+    "emergency_floor.",
+    "unsummarisable": "Shorten or bound the parts named (an input's maxLength; "
+    "`summarizable: true` on a part that may be summarised), lower the reply reserve, or use "
+    "a model with a larger context_window.",
+    "preamble": "Give the step a lighter fidelity (truncate or compact), or raise its "
+    "prompt budget.",
+    "pointer_blocks": "Lower context_policy.summary_tokens, send fewer payloads (bound "
+    "context_blocks with manage_context_budget), or use a larger context_window.",
+    "summary_size": "Lower context_policy.summary_tokens: at this size a pointer block is no "
+    "smaller than the payloads it would replace.",
+}
 
 
 def lower_bound(text: str, limit: int, counter: Any) -> tuple[int, bool]:
@@ -297,8 +358,15 @@ def enforce(
     store: ptr.PointerStore,
     run_id: str,
     overhead: int,
+    preamble_tokens: int = 0,
+    summarise_with: Callable[[Segment, int], Any] | None = None,
 ) -> Decision:
-    """Decide for one prompt and, unless dry_run, replace segments by pointers to fit."""
+    """Decide for one prompt and, unless dry_run, replace segments by pointers to fit.
+
+    preamble_tokens: how much of the first system message is the fidelity preamble (a
+    reject names it as the cause when it is what overflows). summarise_with(segment,
+    tokens): a summariser for a segment (None: the deterministic one of its kind).
+    """
     budget = profile.budget
     base: dict[str, Any] = {"budget": budget, "reserve": profile.reserve, "dry_run": cfg.dry_run}
     segs = [s for m in messages for s in m.segments() if s.pointer is None]
@@ -319,24 +387,25 @@ def enforce(
         original = max(sizes.values()) + overhead
     if original <= budget:
         return Decision("ok", "fits", original, original, deficit=0, **base)
-    if budget < profile.floor:
-        return Decision(
-            "reject",
-            f"the prompt budget {budget} is under the emergency floor {profile.floor}",
-            original,
-            original,
-            deficit=original - budget,
-            exact=exact,
-            **base,
+    if budget < profile.floor or not cfg.enabled:
+        cause = "floor" if budget < profile.floor else "no_policy"
+        numbers = _breakdown(messages, sizes, bounded, (), counter, overhead, preamble_tokens)
+        what = (
+            f"the prompt budget {budget} is under the emergency floor {profile.floor}"
+            if cause == "floor"
+            else "over budget and no context_policy"
         )
-    if not cfg.enabled:
         return Decision(
             "reject",
-            "over budget and no context_policy",
+            f"{what}; {_largest(numbers)}",
             original,
             original,
             deficit=original - budget,
             exact=exact,
+            original_exact=exact,
+            cause=cause,
+            hint=REJECT_CAUSES[cause],
+            breakdown=numbers,
             **base,
         )
     # Work on copies in a dry run: the caller's prompt must stay as it is.
@@ -373,7 +442,10 @@ def enforce(
         if tokens is not None and tokens <= budget:
             break
         before = sizes[id(seg)]
-        pointer = point(seg, store_used, run_id, counter, cfg.summary_tokens)
+        if summarise_with is not None:
+            pointer = summarise_with(seg, cfg.summary_tokens)
+        else:
+            pointer = point(seg, store_used, run_id, counter, cfg.summary_tokens)
         after = counter.count_cached(pointer.display_text)
         if after >= before:
             continue  # a pointer would not be smaller: keep the payload
@@ -385,6 +457,7 @@ def enforce(
                 "id": seg.sid,
                 **ptr.as_mapping(pointer),
                 "tokens_before": before,
+                "tokens_before_exact": id(seg) not in inexact,
                 "tokens_after": after,
             }
         )
@@ -398,16 +471,22 @@ def enforce(
         )
     if tokens > budget:
         exact_now = settled()
+        numbers = _breakdown(work, sizes, inexact, replaced, counter, overhead, preamble_tokens)
+        cause, reason = _cause(numbers, budget, cfg.summary_tokens)
         for seg in replaced:  # a rejected prompt is left as it came (the caller raises)
             seg.pointer = None
         return Decision(
             "reject",
-            "the parts that may not be summarised exceed the budget",
+            reason,
             tokens,
             original,
             deficit=tokens - budget,
             summarised=summarised,
             exact=exact_now,
+            original_exact=exact,
+            cause=cause,
+            hint=REJECT_CAUSES[cause],
+            breakdown=numbers,
             **base,
         )
     return Decision(
@@ -417,8 +496,132 @@ def enforce(
         original,
         deficit=original - budget,
         summarised=summarised,
-        exact=exact,
+        exact=True,  # a prompt that passes is counted whole
+        original_exact=exact,
         **base,
+    )
+
+
+def _breakdown(
+    messages: Sequence[PromptMessage],
+    sizes: Mapping[int, int],
+    inexact: set[int] | frozenset[int],
+    replaced: Sequence[Segment],
+    counter: Any,
+    overhead: int,
+    preamble: int,
+) -> dict[str, Any]:
+    """Where a rejected prompt's tokens are: the numbers a reject reports.
+
+    fixed: template text and framing; unsummarisable: segments the policy may not touch
+    (the preamble taken out of the first system message); pointer_blocks: payloads already
+    behind pointers (this call's and earlier compactions'); kept_whole: summarisable payloads
+    whose pointer block would not have been smaller. `*_exact` False: some sizes are bounds.
+    """
+    fixed = overhead * len(messages)
+    keep: list[dict[str, Any]] = []
+    blocks = kept = 0
+    n_blocks = 0
+    kept_ids: list[str] = []
+    exact = {"unsummarisable": True, "kept_whole": True}
+    first_system = True
+    taken = {id(s) for s in replaced}
+    for m in messages:
+        for p in m.pieces:
+            if isinstance(p, str):
+                fixed += counter.count_cached(p) if p else 0
+                continue
+            size = sizes.get(id(p))
+            if size is None:
+                size = counter.count_cached(p.shown)
+            if p.pointer is not None or id(p) in taken:
+                blocks += size
+                n_blocks += 1
+            elif not p.summarizable:
+                own = size
+                if first_system and m.role == "system" and preamble:
+                    own = max(0, size - preamble)
+                    first_system = False
+                keep.append({"id": p.sid, "tokens": own, "exact": id(p) not in inexact})
+                exact["unsummarisable"] &= id(p) not in inexact
+            else:
+                kept += size
+                kept_ids.append(p.sid)
+                exact["kept_whole"] &= id(p) not in inexact
+    keep.sort(key=lambda k: -k["tokens"])
+    return {
+        "fixed": fixed,
+        "preamble": preamble,
+        "unsummarisable": sum(k["tokens"] for k in keep),
+        "unsummarisable_exact": exact["unsummarisable"],
+        "unsummarisable_parts": keep[:8],
+        "pointer_blocks": blocks,
+        "pointer_block_count": n_blocks,
+        "kept_whole": kept,
+        "kept_whole_exact": exact["kept_whole"],
+        "kept_whole_parts": kept_ids[:8],
+    }
+
+
+def _n(tokens: int, exact: bool = True) -> str:
+    return f"{tokens:,}" if exact else f"at least {tokens:,}"
+
+
+def _largest(numbers: Mapping[str, Any]) -> str:
+    """The biggest parts of a prompt, named with their tokens."""
+    parts = [
+        f"{k['id']} {_n(k['tokens'], k['exact'])}" for k in numbers["unsummarisable_parts"][:3]
+    ]
+    if numbers["kept_whole"]:
+        parts.append(
+            f"summarisable {', '.join(numbers['kept_whole_parts'][:3])} "
+            f"{_n(numbers['kept_whole'], numbers['kept_whole_exact'])}"
+        )
+    return "largest parts (tokens): " + "; ".join(parts) if parts else "no payload"
+
+
+def _cause(numbers: Mapping[str, Any], budget: int, summary_tokens: int) -> tuple[str, str]:
+    """The cause of a reject after summarising all it could, and the reason naming it.
+
+    The largest of the four shares is the cause: what may not be summarised (with the fixed
+    text), the fidelity preamble, the pointer blocks, the payloads kept whole because a
+    pointer would not have been smaller.
+    """
+    of = f"of the {budget:,}-token budget"
+    fixed = numbers["fixed"]
+    shares = {
+        "unsummarisable": numbers["unsummarisable"] + fixed,
+        "preamble": numbers["preamble"],
+        "pointer_blocks": numbers["pointer_blocks"],
+        "summary_size": numbers["kept_whole"],
+    }
+    cause = max(shares, key=lambda k: shares[k])
+    if cause == "preamble":
+        return cause, (
+            f"the fidelity preamble takes {numbers['preamble']:,} tokens {of}; with the rest "
+            f"that may not be summarised ({numbers['unsummarisable'] + fixed:,}) nothing fits"
+        )
+    if cause == "pointer_blocks":
+        return cause, (
+            f"{numbers['pointer_block_count']} pointer block(s) still take "
+            f"{numbers['pointer_blocks']:,} tokens {of} at summary_tokens {summary_tokens}, "
+            f"beside {shares['unsummarisable']:,} that may not be summarised"
+        )
+    if cause == "summary_size":
+        return cause, (
+            f"summary_tokens {summary_tokens} left nothing summarisable: "
+            f"{len(numbers['kept_whole_parts'])} payload(s) of "
+            f"{_n(numbers['kept_whole'], numbers['kept_whole_exact'])} tokens "
+            f"({', '.join(numbers['kept_whole_parts'][:3])}) are no larger than their pointer "
+            f"blocks would be, {of}"
+        )
+    named = ", ".join(
+        f"{k['id']} {_n(k['tokens'], k['exact'])}" for k in numbers["unsummarisable_parts"][:3]
+    )
+    return cause, (
+        f"the parts that may not be summarised take "
+        f"{_n(shares['unsummarisable'], numbers['unsummarisable_exact'])} tokens {of} "
+        f"({named}{', ' if named else ''}templates and framing {fixed:,})"
     )
 
 

@@ -135,7 +135,7 @@ def check_case(n: int) -> str:
                 assert store.get_original("r", s["pointer_id"]) is not None, where
     else:
         assert d.deficit > 0 and d.prompt_tokens > budget, where
-        if d.exact and d.reason.startswith("the parts that may not"):
+        if d.exact and d.cause not in ("floor", "no_policy"):
             # Tight: the smallest prompt the policy can make is d.prompt_tokens; at that
             # budget the same prompt passes.
             again = pol.enforce(
