@@ -107,7 +107,8 @@ def _load_encoding(name: str) -> Any:
 
     if name not in SHA256:
         raise TokenizerError(
-            f"unknown tokenizer encoding {name!r}; use one of {', '.join(ENCODINGS)}"
+            f"unknown tokenizer encoding {name!r}; use one of {', '.join(ENCODINGS)}, "
+            "hf:PATH (a tokenizer.json) or server (a model's /tokenize)"
         )
     try:
         ranks = load_tiktoken_bpe(str(_bpe_file(name)), expected_hash=SHA256[name])
@@ -363,10 +364,32 @@ _lock = threading.Lock()
 
 
 def get_counter(name: str = "cl100k_base") -> TokenCounter:
-    """The shared counter for an encoding (loaded once per process)."""
+    """The shared counter for an encoding or `hf:PATH` (loaded once per process).
+
+    `server` counts on a model's server: counter_for(config) gives that one.
+    """
     with _lock:
         counter = _counters.get(name)
         if counter is None:
-            counter = TokenCounter(_load_encoding(name))
+            if name.startswith("hf:"):
+                from runtime.context.foreign_tokens import HFTokenCounter
+
+                counter = HFTokenCounter(name[len("hf:") :])
+            elif name == "server":
+                raise TokenizerError(
+                    "tokenizer `server` counts on a model's server: it needs the model "
+                    "(counter_for(config)), not an encoding name"
+                )
+            else:
+                counter = TokenCounter(_load_encoding(name))
             _counters[name] = counter
         return counter
+
+
+def counter_for(config: Any) -> TokenCounter:
+    """The counter of a model configuration: its tokenizer, `server` on its base_url."""
+    if config.tokenizer == "server":
+        from runtime.context.foreign_tokens import server_counter
+
+        return server_counter(config)
+    return get_counter(config.tokenizer)

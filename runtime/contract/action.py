@@ -199,6 +199,9 @@ class ServicesView(Protocol):
     def tokens(self, encoding: str | None = None) -> Any:
         """The token counter for an encoding."""
 
+    def tokens_for(self, config: Any) -> Any:
+        """The token counter of a model configuration (its tokenizer, `server` included)."""
+
     def model(self, name: str | None = None) -> Any:
         """The model provider for a named model."""
 

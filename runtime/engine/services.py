@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from typing import Any
 
 
@@ -28,6 +29,7 @@ class Services:
         base_dir: str | None = None,
         on_model_chunk: Callable[[str], None] | None = None,
         pointer_store: Any = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.settings: Mapping[str, Any] = settings or {}
         self._token_counters: dict[str, Any] = {}
@@ -39,6 +41,7 @@ class Services:
         self._model_provider = model_provider
         self._providers: dict[str, Any] = {}
         self._node_store = node_store
+        self._node_store_given = node_store is not None
         self.index_path = index_path
         self.model_spec = model_spec
         self.record_path = record_path
@@ -47,7 +50,43 @@ class Services:
         # Originals behind context pointers (runtime/context/pointers.py): the run store's
         # tables when the engine has a store (Engine sets it), else memory.
         self.pointer_store = pointer_store
+        # What model specs resolve against ($OPENAI_BASE_URL, ...); None: os.environ. A
+        # resumed run's copy reads the values its start recorded (runtime/engine/choices.py).
+        self.environ = environ
         self._lock = threading.Lock()
+
+    @property
+    def model_provider(self) -> Any:
+        """The provider given to the constructor (an embedding application's), or None."""
+        return self._model_provider
+
+    @property
+    def given_node_store(self) -> Any:
+        """The node store given to the constructor, or None (then it opens index_path)."""
+        return self._node_store if self._node_store_given else None
+
+    def derive(
+        self, *, model_spec: str | None, index_path: str | None, environ: Mapping[str, str] | None
+    ) -> Services:
+        """A copy for one resumed run, with its own model spec, index and environment.
+
+        Given services (token counter, model provider, node store, pointer store) are
+        shared; providers and the node store opened from a path are created anew, so the
+        runs sharing this object are not affected.
+        """
+        return Services(
+            settings=self.settings,
+            token_counter=self._default_counter,
+            model_provider=self._model_provider,
+            node_store=self.given_node_store,
+            index_path=index_path,
+            model_spec=model_spec,
+            record_path=self.record_path,
+            base_dir=self.base_dir,
+            on_model_chunk=self.on_model_chunk,
+            pointer_store=self.pointer_store,
+            environ=environ,
+        )
 
     def tokens(self, encoding: str | None = None) -> Any:
         """The TokenCounter for an encoding (default: settings.tokenizer, else cl100k_base)."""
@@ -63,6 +102,14 @@ class Services:
                 self._token_counters[name] = counter
         return counter
 
+    def tokens_for(self, config: Any) -> Any:
+        """The TokenCounter of a model configuration: its tokenizer (`server`: its server's)."""
+        if config.tokenizer != "server":
+            return self.tokens(config.tokenizer)
+        from runtime.context.tokens import counter_for
+
+        return counter_for(config)
+
     def model(self, name: str | None = None) -> Any:
         """The model provider for a named model (settings.models), the CLI spec, or the default.
 
@@ -76,14 +123,16 @@ class Services:
             provider = self._providers.get(key)
             if provider is None:
                 from runtime.models import resolve_provider
+                from runtime.models.config import resolving_with
 
-                provider = resolve_provider(
-                    name,
-                    settings=self.settings,
-                    cli_spec=self.model_spec,
-                    record_path=self.record_path,
-                    base_dir=self.base_dir,
-                )
+                with resolving_with(self.environ) if self.environ is not None else nullcontext():
+                    provider = resolve_provider(
+                        name,
+                        settings=self.settings,
+                        cli_spec=self.model_spec,
+                        record_path=self.record_path,
+                        base_dir=self.base_dir,
+                    )
                 self._providers[key] = provider
             return provider
 
