@@ -145,7 +145,7 @@ def translate(ctx: StepContext, provider: Any, prompt: str, user: str, text: str
     from runtime.models import ModelRequest
 
     messages = [{"role": "system", "content": prompt}, {"role": "user", "content": user}]
-    counter = ctx.services.tokens(provider.config.tokenizer)
+    counter = ctx.services.tokens_for(provider.config)
     prompt_tokens = sum(counter.count(m["content"]) + MESSAGE_OVERHEAD for m in messages)
     if "max_output_tokens" in ctx.step:
         reserve = int(ctx.step["max_output_tokens"])
@@ -153,11 +153,15 @@ def translate(ctx: StepContext, provider: Any, prompt: str, user: str, text: str
         # A translation is about as long as its source; twice that leaves room for languages
         # whose words cost more tokens.
         reserve = max(MIN_OUTPUT_TOKENS, 2 * counter.count(text))
-    window = provider.config.context_window
-    if prompt_tokens + reserve > window:
+    from runtime.context.policy import PolicyConfig, model_profile
+
+    config = provider.config
+    window, margin = config.context_window, config.token_margin
+    if prompt_tokens > model_profile(config.name, window, reserve, PolicyConfig(), margin).budget:
         raise ContextOverflowError(
             f"translation prompt {prompt_tokens} tokens + {reserve} reserved for output exceeds "
-            f"the {window}-token window of {provider.config.name}"
+            f"the {window}-token window of {config.name}"
+            + (f" (token_margin {margin:g})" if margin else "")
         )
     request = ModelRequest(
         messages=messages,

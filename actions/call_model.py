@@ -254,13 +254,13 @@ class CallModel(Action):
         from actions import _tools
         from runtime.context import policy
 
-        counter = ctx.services.tokens(provider.config.tokenizer)
+        counter = ctx.services.tokens_for(provider.config)
         config = provider.config
         cfg = policy.policy_config(ctx.settings, ctx.step)
         # The prompt budget the policy enforces (a prompt_budget may set it under the window
         # less the reserve): a tool round's prompt stays within it too.
         limit = policy.model_profile(
-            config.name, config.context_window, request.max_output_tokens, cfg
+            config.name, config.context_window, request.max_output_tokens, cfg, config.token_margin
         ).budget
 
         def spare(messages: list[dict[str, Any]]) -> int:
@@ -364,7 +364,7 @@ class CallModel(Action):
                 info.update(thread_messages=len(history), preamble_tokens=0)
                 return history + own, own, info
         view = self.run_view(ctx)
-        counter = ctx.services.tokens(provider.config.tokenizer)
+        counter = ctx.services.tokens_for(provider.config)
         preamble = fid.build_preamble(mode, view, counter, self.scrub(ctx, provider))
         info.update(
             preamble_tokens=preamble.tokens,

@@ -195,7 +195,19 @@ SETTINGS_SCHEMA: dict[str, Any] = {
                     "base_url": {"type": "string"},
                     "api_key_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
                     "context_window": {"type": "integer", "minimum": 1},
-                    "tokenizer": {"type": "string", "enum": ["cl100k_base", "o200k_base"]},
+                    "tokenizer": {
+                        "type": "string",
+                        "pattern": "^(cl100k_base|o200k_base|server|hf:.+)$",
+                        "description": "cl100k_base, o200k_base, server (the server's "
+                        "/tokenize) or hf:PATH (a tokenizer.json); docs/models.md.",
+                    },
+                    "token_margin": {
+                        "type": "number",
+                        "minimum": 0,
+                        "maximum": 1,
+                        "description": "Fraction of the count kept free when the tokenizer "
+                        "is not the model's own (default 0).",
+                    },
                     "timeout_seconds": {"type": "number", "exclusiveMinimum": 0},
                     "connect_timeout_seconds": {"type": "number", "exclusiveMinimum": 0},
                     "deadline_seconds": {"type": "number", "exclusiveMinimum": 0},

@@ -30,6 +30,9 @@ class ModelConfig:
     api_key_env: str = "OPENAI_API_KEY"
     context_window: int = DEFAULT_CONTEXT_WINDOW
     tokenizer: str = "cl100k_base"
+    # A fraction of the count kept free when the tokenizer is not the model's own: the
+    # prompt budget is the largest count with count * (1 + token_margin) <= window - reserve.
+    token_margin: float = 0.0
     timeout_seconds: float = 60.0
     connect_timeout_seconds: float = 10.0
     # The whole of one HTTP request (connect, headers, body and stream together): the per-read

@@ -38,6 +38,8 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Environment variables read for ad-hoc `openai:` specs (settings entries say it in YAML).
 BASE_URL_ENV = "OPENAI_BASE_URL"
 CONTEXT_WINDOW_ENV = "RUNTIME_CONTEXT_WINDOW"
+TOKENIZER_ENV = "RUNTIME_TOKENIZER"
+TOKEN_MARGIN_ENV = "RUNTIME_TOKEN_MARGIN"
 SETTING_KEYS = (
     "provider",
     "model",
@@ -45,6 +47,7 @@ SETTING_KEYS = (
     "api_key_env",
     "context_window",
     "tokenizer",
+    "token_margin",
     "timeout_seconds",
     "connect_timeout_seconds",
     "deadline_seconds",
@@ -152,7 +155,9 @@ def config_from_settings(name: str, raw: Any, *, base_dir: str | None = None) ->
     if "context_window" in raw:
         values["context_window"] = _positive_int(raw["context_window"], "context_window", where)
     if "tokenizer" in raw:
-        values["tokenizer"] = _text(raw["tokenizer"], "tokenizer", where)
+        values["tokenizer"] = check_tokenizer(raw["tokenizer"], provider, where, base_dir)
+    if "token_margin" in raw:
+        values["token_margin"] = check_margin(raw["token_margin"], where)
     for key in ("timeout_seconds", "connect_timeout_seconds", "deadline_seconds"):
         if key in raw:
             values[key] = _positive_number(raw[key], key, where)
@@ -184,6 +189,65 @@ def config_from_settings(name: str, raw: Any, *, base_dir: str | None = None) ->
     elif "cassette" in raw:
         raise _invalid(where, f"cassette applies to replay models, not {provider}")
     return ModelConfig(name=name, provider=provider, **values)
+
+
+def check_tokenizer(value: Any, provider: str, where: str, base_dir: str | None) -> str:
+    """A model's tokenizer: a tiktoken encoding, `server` (openai models) or `hf:PATH`.
+
+    A relative PATH resolves against base_dir (None: the working directory) and must name
+    a file; the file is read when a count is first needed (TOKENIZER_UNAVAILABLE then).
+    """
+    from runtime.context.tokens import ENCODINGS
+
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid(where, "tokenizer must be a non-empty string")
+    if value == "server":
+        if provider != "openai":
+            raise _invalid(
+                where, f"tokenizer server counts on an openai model's server, not {provider}"
+            )
+        return value
+    if value.startswith("hf:"):
+        path = Path(value[len("hf:") :].strip())
+        if not path.name:
+            raise _invalid(where, "tokenizer hf: needs the path of a tokenizer.json")
+        if not path.is_absolute() and base_dir:
+            path = Path(base_dir) / path
+        path = path.absolute()
+        if not path.is_file():
+            raise _invalid(where, f"tokenizer {value}: no such file ({path})")
+        return f"hf:{path}"
+    if value not in ENCODINGS:
+        raise _invalid(
+            where,
+            f"tokenizer must be {', '.join(ENCODINGS)}, server or hf:PATH (a tokenizer.json), "
+            f"not {value!r}",
+        )
+    return value
+
+
+def check_margin(value: Any, where: str) -> float:
+    """token_margin: a fraction 0..1 of the count kept free."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or not 0 <= value <= 1:
+        raise _invalid(where, f"token_margin must be a fraction from 0 to 1, not {value!r}")
+    return float(value)
+
+
+def _adhoc_counting(where: str, spec_dir: str | None) -> dict[str, Any]:
+    """The tokenizer and margin $RUNTIME_TOKENIZER and $RUNTIME_TOKEN_MARGIN set, if any."""
+    out: dict[str, Any] = {}
+    tokenizer = os.environ.get(TOKENIZER_ENV)
+    if tokenizer is not None:
+        out["tokenizer"] = check_tokenizer(tokenizer, "openai", f"${TOKENIZER_ENV}", spec_dir)
+    margin = os.environ.get(TOKEN_MARGIN_ENV)
+    if margin is not None:
+        try:
+            value: Any = float(margin)
+        except ValueError:
+            value = margin
+        out["token_margin"] = check_margin(value, f"${TOKEN_MARGIN_ENV} ({where})")
+    return out
 
 
 def _default_base_url() -> str:
@@ -240,6 +304,11 @@ def config_from_spec(
         # did; cassettes recorded before these were kept get the replay window.
         profile: dict[str, Any] = {"context_window": REPLAY_CONTEXT_WINDOW}
         profile.update(recorded_profile(path))
+        # $RUNTIME_TOKENIZER replays with another tokenizer (a `server` one needs the server).
+        counting = _adhoc_counting(where, spec_dir)
+        if counting.get("tokenizer") == "server":
+            raise _invalid(f"${TOKENIZER_ENV}", "tokenizer server needs an openai model")
+        profile.update(counting)
         return ModelConfig(spec, "replay", model="replay", cassette=str(path), **profile)
     if colon and kind == "openai":
         model, at, url = rest.partition("@")
@@ -253,6 +322,7 @@ def config_from_spec(
             # Named without the URL: a refused URL may hold a credential.
             base_url=check_base_url(base, f"model spec 'openai:{model}@...'"),
             context_window=_adhoc_window(where),
+            **_adhoc_counting(where, spec_dir),
         )
     if colon or not spec.strip() or spec != spec.strip():
         raise _invalid(
