@@ -332,7 +332,16 @@ def summarise_diff(text: str, budget: int, counter: Counter) -> str:
             where.append((1, h["n"], k))
 
     def in_diff_order(pairs: list[tuple[int, str]]) -> list[str]:
-        return [pairs[0][1], *[ln for i, ln in sorted(pairs[1:], key=lambda p: where[p[0] - 1])]]
+        shown = sorted(pairs[1:], key=lambda p: where[p[0] - 1])
+        # What the budget left out is counted, so a partial listing never reads as whole.
+        listed = [where[i - 1] for i, _ in shown if where[i - 1][2] == 0]
+        left = [
+            f"{total - sum(1 for w in listed if w[0] == kind)} of {total} {what}"
+            for kind, total, what in ((0, len(files), "file(s)"), (1, len(hunks), "hunk(s)"))
+            if sum(1 for w in listed if w[0] == kind) < total
+        ]
+        note = [f"[not listed: {', '.join(left)}]"] if left else []
+        return [pairs[0][1], *[ln for _, ln in shown], *note]
 
     return fit_lines(head, optional, budget, counter, order=in_diff_order, parents=parents)
 

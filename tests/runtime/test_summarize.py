@@ -103,6 +103,48 @@ def test_diff_summary_counts_files_hunks_and_lines_and_names_exact_hunks(counter
     assert "first: +" in s.text and "last:  +" in s.text
 
 
+def _many_files(files: int, hunks: int = 1) -> str:
+    out = []
+    for f in range(files):
+        out += [
+            f"diff --git a/src/f{f}.cs b/src/f{f}.cs",
+            f"--- a/src/f{f}.cs",
+            f"+++ b/src/f{f}.cs",
+        ]
+        for h in range(hunks):
+            out += [f"@@ -{10 * h + 1},2 +{10 * h + 1},2 @@", f"-old {f}.{h}", f"+new {f}.{h}"]
+    return "\n".join(out) + "\n"
+
+
+def test_a_diff_summary_that_lists_some_files_says_how_many_it_left_out(counter):
+    s = summarise(_many_files(40), "diff", 150, counter)
+    lines = s.text.split("\n")
+    listed = [ln for ln in lines if ln.startswith("src/f")]
+    assert 0 < len(listed) < 40 and s.tokens <= 150
+    hunks = [ln for ln in lines if ln.startswith("hunk ")]
+    assert lines[-1] == (
+        f"[not listed: {40 - len(listed)} of 40 file(s), {40 - len(hunks)} of 40 hunk(s)]"
+    )
+
+
+def test_a_diff_summary_that_lists_every_file_but_not_every_hunk_counts_the_hunks(counter):
+    s = summarise(_many_files(2, hunks=30), "diff", 200, counter)
+    lines = s.text.split("\n")
+    assert [ln for ln in lines if ln.startswith("src/f")] == [
+        "src/f0.cs: 30 hunk(s) +30 -30",
+        "src/f1.cs: 30 hunk(s) +30 -30",
+    ]
+    hunks = [ln for ln in lines if ln.startswith("hunk ")]
+    assert 0 < len(hunks) < 60
+    assert lines[-1] == f"[not listed: {60 - len(hunks)} of 60 hunk(s)]"
+
+
+def test_a_diff_summary_that_lists_everything_adds_no_note(counter):
+    s = summarise(_many_files(3), "diff", 2000, counter)
+    assert "not listed" not in s.text
+    assert len([ln for ln in s.text.split("\n") if ln.startswith("hunk ")]) == 3
+
+
 def test_json_summary_paths_slice_back_to_values_of_the_shape_shown(counter):
     doc = real("eshop_catalog.json")
     s = summarise(doc, "json", 300, counter)
