@@ -28,6 +28,10 @@ from runtime.errors import ContextOverflowError, ModelError, StepRuntimeError
 
 DEFAULT_TOOL_ROUNDS = 3
 MAX_TOOL_ROUNDS = 10
+# A tool call's arguments are read only up to this many characters (rehydrate's are a
+# pointer id and a slice of at most 1,000 characters, escapes included): longer ones are
+# refused unread, and echoed back to the model as a short note instead of whole.
+MAX_TOOL_ARGUMENTS = 8_192
 
 REHYDRATE_SPEC: dict[str, Any] = {
     "type": "function",
@@ -104,7 +108,7 @@ def complete(
         assistant = {
             "role": "assistant",
             "content": response.text or None,
-            "tool_calls": [c.to_message() for c in response.tool_calls],
+            "tool_calls": [_echoed(c) for c in response.tool_calls],
         }
         messages = [*request.messages, assistant]
         for call in response.tool_calls:
@@ -126,19 +130,45 @@ def complete(
     )
 
 
+def _echoed(call: Any) -> dict[str, Any]:
+    """The call as the next request repeats it: arguments over the limit as a short note."""
+    size = len(call.arguments or "")
+    if size <= MAX_TOOL_ARGUMENTS:
+        return dict(call.to_message())
+    note = json.dumps({"refused": f"{size:,} characters of arguments, not repeated"})
+    return dict(dataclasses.replace(call, arguments=note).to_message())
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    """A model-written string quoted in a message or the trace, cut when long."""
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text):,} characters)"
+
+
+def _arguments(raw: str) -> dict[str, Any] | str:
+    """The call's arguments as an object, or why not (short: never the arguments themselves)."""
+    if len(raw) > MAX_TOOL_ARGUMENTS:
+        return f"the arguments are {len(raw):,} characters, over the {MAX_TOOL_ARGUMENTS:,} limit"
+    try:
+        args = json.loads(raw or "{}")
+    except RecursionError:  # nested thousands deep: json's C parser stops at its limit
+        return "the arguments are nested too deep"
+    except ValueError:
+        return "the arguments are not a JSON object"
+    return args if isinstance(args, dict) else "the arguments are not a JSON object"
+
+
 def _run(ctx: StepContext, call: Any, number: int, room: int, count: Callable[[str], int]) -> str:
     """One tool call's result message; failures become an error the model reads, traced."""
-    record: dict[str, Any] = {"round": number, "tool": call.name, "call_id": call.id}
-    try:
-        args = json.loads(call.arguments or "{}")
-        if not isinstance(args, dict):
-            raise ValueError("not an object")
-    except ValueError:
-        return _refuse(ctx, record, "TOOL_ARGUMENTS_INVALID", "the arguments are not a JSON object")
-    record.update({k: args[k] for k in ("pointer_id", "slice") if isinstance(args.get(k), str)})
+    record: dict[str, Any] = {"round": number, "tool": _cut(call.name), "call_id": _cut(call.id)}
+    args = _arguments(call.arguments)
+    if isinstance(args, str):
+        return _refuse(ctx, record, "TOOL_ARGUMENTS_INVALID", args)
+    record.update(
+        {k: _cut(args[k], 200) for k in ("pointer_id", "slice") if isinstance(args.get(k), str)}
+    )
     handler = HANDLERS.get(call.name)
     if handler is None:
-        return _refuse(ctx, record, "TOOL_UNKNOWN", f"no tool {call.name!r} is offered")
+        return _refuse(ctx, record, "TOOL_UNKNOWN", f"no tool {_cut(call.name)!r} is offered")
     try:
         result = handler(ctx, args)
     except StepRuntimeError as exc:

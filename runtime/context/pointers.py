@@ -28,15 +28,20 @@ import zlib
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from runtime.errors import RunError, StoreError
 
 PREFIX = "ptr-"
 _ID = re.compile(r"^ptr-[0-9a-f]{16}$")
-_LINES = re.compile(r"^\s*(?:lines?\s+)?(\d+)\s*(?:-\s*(\d+))?\s*$", re.I)
-_HUNK_SLICE = re.compile(r"^\s*hunk\s+(\d+)\s*$", re.I)
-_PATH_STEP = re.compile(r'\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]')
+# Slice expressions are bounded before they are parsed, and parsed by patterns whose
+# quantifiers are possessive (no backtracking), on the stripped expression: linear time
+# whatever a model or a variable sends. Digits are ASCII only, and at most _MAX_DIGITS.
+MAX_SLICE_CHARS = 1_000
+_MAX_DIGITS = 15
+_LINES = re.compile(r"(?:lines?\s++)?+([0-9]++)\s*+(?:-\s*+([0-9]++))?+", re.I)
+_HUNK_SLICE = re.compile(r"hunk\s++([0-9]++)", re.I)
+_PATH_STEP = re.compile(r'\.([A-Za-z_][A-Za-z0-9_]*+)|\[([0-9]++)\]|\[("(?:[^"\\]|\\.)*+")\]')
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 OPEN = "[ELIDED"
@@ -223,28 +228,69 @@ def store_of(ctx: Any) -> PointerStore:
     return store
 
 
+class Slice(NamedTuple):
+    """A parsed slice expression: form "whole", "lines" (first, last), "hunk" (first) or "json"."""
+
+    form: str
+    first: int = 0
+    last: int = 0
+    path: str = ""
+    steps: tuple[str | int, ...] = ()
+
+
+def parse_slice(part: str | None) -> Slice:
+    """The slice an expression asks for; SLICE_INVALID for anything malformed.
+
+    Bounded before it is read (MAX_SLICE_CHARS) and parsed in linear time, so a slice
+    from a model's tool call or a variable cannot hold a step.
+    """
+    if part is None:
+        return Slice("whole")
+    if len(part) > MAX_SLICE_CHARS:
+        raise _bad(part, f"{len(part):,} characters, over the {MAX_SLICE_CHARS:,}-character limit")
+    stripped = part.strip()
+    if not stripped:
+        return Slice("whole")
+    if stripped.startswith("$"):
+        return Slice("json", path=stripped, steps=tuple(_parse_path(stripped)))
+    m = _LINES.fullmatch(stripped)
+    if m is not None:
+        first = _number(m.group(1), part)
+        return Slice("lines", first, _number(m.group(2), part) if m.group(2) else first)
+    m = _HUNK_SLICE.fullmatch(stripped)
+    if m is not None:
+        return Slice("hunk", _number(m.group(1), part))
+    raise _bad(part, 'use "lines A-B", a JSON path such as "$.items[3]", or "hunk N"')
+
+
+def _number(digits: str, part: str) -> int:
+    """A line, hunk or array number of a slice (ASCII digits, at most _MAX_DIGITS of them)."""
+    if len(digits) > _MAX_DIGITS:
+        raise _bad(part, f"a number of {len(digits):,} digits is past any text")
+    return int(digits)
+
+
 def rehydrate(ctx: Any, pointer_id: str, part: str | None = None) -> str:
     """The original behind a run's pointer, whole or the slice `part` (exact text)."""
-    if not _ID.match(pointer_id or ""):
+    if not isinstance(pointer_id, str) or not _ID.match(pointer_id):
         raise RunError(
-            f"{pointer_id!r} is not a pointer id (ptr- and 16 hex digits)",
+            f"{_shown(pointer_id)} is not a pointer id (ptr- and 16 hex digits)",
             code="POINTER_UNKNOWN",
             step_id=getattr(ctx, "step_id", None),
         )
+    want = parse_slice(part)
     store = store_of(ctx)
-    if part is not None and part.strip().startswith("$"):
-        return _rehydrate_json(ctx, store, pointer_id, part.strip())
-    lines = _LINES.match(part or "")
-    if lines is not None:
-        first = int(lines.group(1))
-        return _rehydrate_lines(ctx, store, pointer_id, first, int(lines.group(2) or first), part)
+    if want.form == "json":
+        return _rehydrate_json(ctx, store, pointer_id, want.path, list(want.steps))
+    if want.form == "lines":
+        return _rehydrate_lines(ctx, store, pointer_id, want.first, want.last, part)
     hit = store.get_original(ctx.run_id, pointer_id)
     if hit is None:
         raise _unknown(ctx, pointer_id)
     _kind, text = hit
-    if part is None or not part.strip():
+    if want.form == "whole":
         return text
-    return slice_text(text, part)
+    return hunk_slice(text, want.first)
 
 
 def _rehydrate_lines(
@@ -278,8 +324,14 @@ def _unknown(ctx: Any, pointer_id: str) -> RunError:
     )
 
 
-def _rehydrate_json(ctx: Any, store: PointerStore, pointer_id: str, path: str) -> str:
-    """A JSON-path slice: through the stored index, read range by range from the store."""
+def _rehydrate_json(
+    ctx: Any, store: PointerStore, pointer_id: str, path: str, steps: list[str | int]
+) -> str:
+    """A JSON-path slice: through the stored index, read range by range from the store.
+
+    Only an original that is one JSON document as a whole answers a path: a build log
+    starting with a year or a CSV starting with a number is SLICE_INVALID, whatever its kind.
+    """
     found = store.get_index(ctx.run_id, pointer_id)
     if found is None:
         raise _unknown(ctx, pointer_id)
@@ -289,41 +341,70 @@ def _rehydrate_json(ctx: Any, store: PointerStore, pointer_id: str, path: str) -
         def read(start: int, end: int) -> str:
             return store.read_original(ctx.run_id, pointer_id, start, end)
 
-        return _indexed_slice(JsonIndex(index), read, path, _parse_path(path), pointer_id)
+        json_index = JsonIndex(index)
+        _check_blank_tail(json_index, read, path)
+        return _indexed_slice(json_index, read, path, steps, pointer_id)
     hit = store.get_original(ctx.run_id, pointer_id)
     if hit is None:
         raise _unknown(ctx, pointer_id)
     kind, text = hit
-    if kind != "json":  # only json originals are indexed; a path into other text scans it
-        return json_slice(text, path)
-    # Stored before indexes were (m005) or by a store that could not build one: build it
-    # now, once, and keep it so the next slice (in this process or another) seeks.
+    # Not indexed: a json original stored before indexes were (m005), or any other kind.
+    # Either is answered only when the whole text is one JSON document.
     try:
         index = build_json_index(text)
     except (ValueError, RecursionError) as exc:
-        raise _bad(path, f"the original is not valid JSON: {exc}") from exc
-    store.put_index(ctx.run_id, pointer_id, text, index)
-    return json_slice(text, path, index)
+        raise _bad(path, f"the original is not valid JSON ({exc})") from exc
+    if kind == "json":  # keep it, so the next slice (in this process or another) seeks
+        store.put_index(ctx.run_id, pointer_id, text, index)
+    return _indexed_slice(JsonIndex(index), lambda a, b: text[a:b], path, steps, pointer_id)
+
+
+def _check_blank_tail(index: JsonIndex, read: Any, path: str) -> None:
+    """SLICE_INVALID when text follows the root value (an index built before that was refused)."""
+    at, chars = index.root()[1], index.chars
+    while at < chars:
+        piece = read(at, min(at + _LOOKBACK, chars))
+        if piece.strip(" \t\n\r"):
+            raise _bad(path, f"the original is not valid JSON (text after its value at char {at})")
+        if not piece:
+            break
+        at += len(piece)
 
 
 def _bad(part: str, why: str) -> RunError:
-    return RunError(f"slice {part!r}: {why}", code="SLICE_INVALID")
+    return RunError(f"slice {_shown(part)}: {why}", code="SLICE_INVALID")
+
+
+def _shown(value: Any) -> str:
+    """A value quoted in an error, cut when long (a model may send megabytes)."""
+    if isinstance(value, str) and len(value) > 80:
+        return f"{value[:60]!r}... ({len(value):,} characters)"
+    return repr(value) if isinstance(value, str) else f"a {type(value).__name__}"
 
 
 def slice_text(text: str, part: str) -> str:
-    """An exact slice of text: `lines A-B`, a JSON path, or `hunk N` (see module doc)."""
-    stripped = part.strip()
-    if stripped.startswith("$"):
-        return json_slice(text, stripped)
-    m = _HUNK_SLICE.match(stripped)
-    if m:
-        return hunk_slice(text, int(m.group(1)))
-    m = _LINES.match(stripped)
-    if m:
-        first = int(m.group(1))
-        last = int(m.group(2) or first)
-        return line_slice(text, first, last, part)
-    raise _bad(part, 'use "lines A-B", a JSON path such as "$.items[3]", or "hunk N"')
+    """An exact slice of text: `lines A-B`, a JSON path, or `hunk N` (see module doc).
+
+    A JSON path is answered only when the whole text is one JSON document.
+    """
+    want = parse_slice(part)
+    if want.form == "json":
+        return document_slice(text, want.path, list(want.steps))
+    if want.form == "hunk":
+        return hunk_slice(text, want.first)
+    if want.form == "lines":
+        return line_slice(text, want.first, want.last, part)
+    return text
+
+
+def document_slice(text: str, path: str, steps: list[str | int] | None = None) -> str:
+    """The value at a JSON path of a text that must be one JSON document (else SLICE_INVALID)."""
+    try:
+        index = build_json_index(text)
+    except (ValueError, RecursionError) as exc:
+        raise _bad(path, f"the original is not valid JSON ({exc})") from exc
+    found = _parse_path(path) if steps is None else steps
+    return _indexed_slice(JsonIndex(index), lambda a, b: text[a:b], path, found)
 
 
 def line_slice(text: str, first: int, last: int, part: str = "") -> str:
@@ -360,9 +441,14 @@ def _parse_path(path: str) -> list[str | int]:
         if m.group(1) is not None:
             steps.append(m.group(1))
         elif m.group(2) is not None:
-            steps.append(int(m.group(2)))
+            steps.append(_number(m.group(2), path))
         else:
-            steps.append(json.loads(m.group(3)))
+            try:
+                steps.append(json.loads(m.group(3)))
+            except ValueError as exc:
+                raise _bad(
+                    path, f"the quoted key at character {pos + 2} is not a JSON string"
+                ) from exc
         pos = m.end()
     return steps
 
@@ -510,6 +596,9 @@ def build_json_index(text: str) -> bytes:
     else:
         _, root_end = _DECODER.raw_decode(text, root_start)
         root = -1
+    after = ws(text, root_end).end()  # type: ignore[union-attr]
+    if after != len(text):  # "2026-01-01 ..." is a log, not the number 2026
+        raise ValueError(f"text after the JSON value at char {after}")
     out = array("q", [_MAGIC, len(text), len(records), root, root_start, root_end])
     at = _HEADER + 3 * len(records)
     for kind, count, flat in records:

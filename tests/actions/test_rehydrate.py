@@ -115,7 +115,7 @@ def test_pointer_from_a_json_reply_variable(tmp_path):
         ("lines 0-2", "the text has lines 1-3000"),
         ("lines 2999-3001", "the text has lines 1-3000"),
         ("lines 5-4", "the text has lines 1-3000"),
-        ("$.items", "not an object"),  # the document is not JSON
+        ("$.items", "not valid JSON"),  # the document is not JSON
         ("hunk 1", "the diff has 0 hunk(s)"),  # nor a diff
         ("words 1-3", 'use "lines A-B"'),
     ],

@@ -255,7 +255,7 @@ def test_an_old_store_is_migrated_and_indexed_on_its_first_slice(tmp_path):
     pid = old_store(db, BIG_DOC)
     store = SqliteRunStore(db)
     names = [r[0] for r in store._conn().execute("SELECT name FROM migrations ORDER BY name")]
-    assert names[-1] == "m005_original_index" and len(names) == len(MIGRATIONS)
+    assert "m005_original_index" in names and len(names) == len(MIGRATIONS)
     assert store.get_index("r", pid) == ("json", None)
     got = ptr.rehydrate(ctx_of(store), pid, "$.results[2000]")  # builds and saves the index
     assert got == json_slice(BIG_DOC, "$.results[2000]")

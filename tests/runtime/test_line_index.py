@@ -108,13 +108,19 @@ def test_small_texts_and_json_originals_get_no_line_index():
     assert ptr.rehydrate(ctx_of(store), pid, "$[19999]") == "19999"
 
 
-def test_a_json_path_into_a_line_indexed_text_scans_it():
-    text = '{"a": [1, 2, 3]}\n' + "x\n" * 40_000
+def test_a_json_path_into_a_line_indexed_text_reads_it_as_a_document():
+    text = '{"a": [1, 2, 3], "pad": [' + ",\n".join(["0"] * 40_000) + "]}\n"
     store = ptr.MemoryPointerStore()
     pid = put(store, text)
     assert ptr.is_line_index(store.get_index("r", pid)[1])
-    # What a scan of the text gives (its first value), not a line index read as JSON offsets.
+    # The text's value at the path, not a line index read as JSON offsets.
     assert ptr.rehydrate(ctx_of(store), pid, "$.a[1]") == ptr.json_slice(text, "$.a[1]") == "2"
+    # A JSON value followed by more text is no JSON document (issue 24): no path answers.
+    log = '{"a": [1, 2, 3]}\n' + "x\n" * 40_000
+    pid = put(store, log)
+    with pytest.raises(RunError, match="not valid JSON") as info:
+        ptr.rehydrate(ctx_of(store), pid, "$.a[1]")
+    assert info.value.code == "SLICE_INVALID"
 
 
 def test_the_sqlite_store_keeps_the_line_index_and_a_new_process_seeks(tmp_path):
