@@ -30,7 +30,8 @@ once per pointer, in prompt order (at most three): the first lines of a text, lo
 Markdown or code (`lines 1-20`), the first hunk of a diff, the first array item a JSON
 summary names (`$.results[0]`, else `$`). With the results in the conversation it
 answers as above, the slices ranked and quoted with the evidence (cited as
-`ptr-... lines 1-20`, path `rehydrated`), and says which slices it read.
+`ptr-... lines 1-20`, path `rehydrated`), and says which slices it read and which
+calls came back as errors (never claiming those as read).
 
 Deterministic: the same prompt always gets the same reply.
 """
@@ -349,31 +350,42 @@ TEXT_LINES = 20
 
 
 def _read(request: ModelRequest) -> str:
-    """A line naming the slices read through rehydrate, when the conversation has any."""
-    asked = [
-        json.loads(c["function"]["arguments"])
-        for m in request.messages
-        for c in m.get("tool_calls") or ()
-        if c.get("function", {}).get("name") == "rehydrate"
-    ]
+    """Lines naming the slices read through rehydrate, and those whose call failed.
+
+    A result is matched to its call by `tool_call_id`, not by position; one that came
+    back as a tool error (`error CODE: ...`) was not read and is never claimed as read.
+    """
+    asked = _rehydrate_calls_made(request)
     if not asked:
         return ""
-    sizes = [len(m.get("content") or "") for m in request.messages if m.get("role") == "tool"]
-    read = ", ".join(
-        f"{a.get('pointer_id')} {a.get('slice') or 'whole'} ({n:,} characters)"
-        for a, n in zip(asked, sizes, strict=False)
-    )
-    return f"\nRead through rehydrate: {read}."
+    read, failed = [], []
+    for m in request.messages:
+        args = asked.get(m.get("tool_call_id", "")) if m.get("role") == "tool" else None
+        if args is None:
+            continue
+        content = m.get("content") or ""
+        where = f"{args.get('pointer_id')} {args.get('slice') or 'whole'}"
+        if content.startswith("error "):
+            failed.append(f"{where} ({content[6:].split(':', 1)[0]})")
+        else:
+            read.append(f"{where} ({len(content):,} characters)")
+    out = f"\nRead through rehydrate: {', '.join(read)}." if read else ""
+    return out + (f"\nRehydrate failed: {', '.join(failed)}." if failed else "")
 
 
-def rehydrated_blocks(request: ModelRequest) -> list[Block]:
-    """The slices rehydrate returned, as evidence cited by pointer id and slice."""
-    asked = {
+def _rehydrate_calls_made(request: ModelRequest) -> dict[str, dict[str, Any]]:
+    """The rehydrate calls in the conversation: call id -> arguments."""
+    return {
         c["id"]: json.loads(c["function"]["arguments"])
         for m in request.messages
         for c in m.get("tool_calls") or ()
         if c.get("function", {}).get("name") == "rehydrate"
     }
+
+
+def rehydrated_blocks(request: ModelRequest) -> list[Block]:
+    """The slices rehydrate returned, as evidence cited by pointer id and slice."""
+    asked = _rehydrate_calls_made(request)
     out = []
     for m in request.messages:
         content = m.get("content") or ""

@@ -186,3 +186,43 @@ def test_the_extractive_responder_calls_rehydrate_once_per_pointer_then_answers(
     answer = provider.complete(ModelRequest(follow, tools=[TOOL]))
     assert answer.tool_calls == [] and answer.finish_reason == "stop"
     assert "Read through rehydrate: ptr-00000000000000aa lines 1-20 (11 characters)." in answer.text
+
+
+def test_the_extractive_responder_claims_only_the_rehydrations_that_succeeded():
+    from runtime.models.base import ModelConfig, ToolCall
+    from runtime.models.extractive import ExtractiveProvider
+
+    provider = ExtractiveProvider(ModelConfig("x", "extractive", model="extractive"))
+    text = _block("ptr-00000000000000aa", "text", "Chapter I.")
+    other = _block("ptr-00000000000000bb", "text", "Chapter II.")
+    prompt = [{"role": "user", "content": f"Question: who?\n{text}\n{other}"}]
+    calls = [
+        ToolCall("call_1", "rehydrate", '{"pointer_id": "ptr-00000000000000aa", "slice": "x"}'),
+        ToolCall("call_2", "rehydrate", '{"pointer_id": "ptr-00000000000000bb"}'),
+    ]
+    assistant = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [c.to_message() for c in calls],
+    }
+    # The results come back in the other order; the first call failed.
+    failed = "error SLICE_INVALID: x is no slice"
+    follow = [
+        *prompt,
+        assistant,
+        {"role": "tool", "tool_call_id": "call_2", "content": "Chapter II, whole.\n"},
+        {"role": "tool", "tool_call_id": "call_1", "content": failed},
+    ]
+    answer = provider.complete(ModelRequest(follow, tools=[TOOL])).text
+    lines = answer.split("\n")
+    assert "Read through rehydrate: ptr-00000000000000bb whole (19 characters)." in lines
+    assert "Rehydrate failed: ptr-00000000000000aa x (SLICE_INVALID)." in lines
+    # Every call failed: no claim of a read at all.
+    only_failed = [
+        *prompt,
+        assistant,
+        {"role": "tool", "tool_call_id": "call_1", "content": failed},
+    ]
+    answer = provider.complete(ModelRequest(only_failed, tools=[TOOL])).text
+    assert "Read through rehydrate" not in answer
+    assert "Rehydrate failed: ptr-00000000000000aa x (SLICE_INVALID)." in answer
