@@ -167,8 +167,11 @@ class CallModel(Action):
             fixed.append(str(template).replace("{}", "", 1))
             # Evidence is framed; any part may be evidence, so the frame is its worst case.
             frame = f"{EVIDENCE_NOTE}\n<evidence>\n\n</evidence>"
+            # The budget stage's rule (actions/_budget.py): never the question, nor a part
+            # marked summarizable: false.
+            keep = part.get("summarizable", True) is not False and part["source"] != "question"
             slots.append(
-                PromptSlot(f"user_parts.{name}", part["source"], frame, ("user_parts", name))
+                PromptSlot(f"user_parts.{name}", part["source"], frame, ("user_parts", name), keep)
             )
         fixed.append("\n\n" * max(0, len(slots) - 1))
         if step.get("use_history"):

@@ -211,6 +211,26 @@ _CODES: list[Code] = [
         "Bound the parts named (manage_context_budget, an input maxLength), set a "
         "context_policy, or catch CONTEXT_OVERFLOW (`runtime budget PIPELINE`).",
     ),
+    Code(
+        "BUDGET_POLICY_CANNOT_FIT",
+        "graph",
+        "A model step with a context_policy: what the policy may not summarise (fixed text, "
+        "the fidelity preamble, the question, parts marked summarizable: false) exceeds the "
+        "policy's prompt budget at its bounds.",
+        "Lower the bounds of the parts named (an input maxLength), mark a part that may be "
+        "summarised `summarizable: true`, lower the reserve, or use a larger context_window "
+        "(`runtime budget PIPELINE`).",
+    ),
+    Code(
+        "POLICY_BUDGET_UNDER_FLOOR",
+        "graph",
+        "A context policy's prompt budget is under its emergency_floor: a prompt over it is "
+        "rejected, never summarised (a warning).",
+        "Raise prompt_budget (or the window) to at least emergency_floor, or lower "
+        "emergency_floor.",
+    ),
+    Code("COMPACTION_RULE_INVALID", "graph", "A compaction rule is incomplete or out of range."),
+    Code("RULE_INVALID", "graph", "A rule in a step's `rules` is malformed."),
     Code("COMPACTION_RULE_INVALID", "graph", "A compaction rule is incomplete or out of range."),
     Code("RULE_INVALID", "graph", "A rule in a step's `rules` is malformed."),
     Code(

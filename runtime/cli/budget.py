@@ -12,7 +12,14 @@ import click
 from runtime.cli._common import color_enabled, handle_errors
 
 # Problems that leave the envelope computable: the budget checks' own findings.
-_OWN = frozenset({"BUDGET_IMPOSSIBLE", "BUDGET_MAY_OVERFLOW"})
+_OWN = frozenset(
+    {
+        "BUDGET_IMPOSSIBLE",
+        "BUDGET_MAY_OVERFLOW",
+        "BUDGET_POLICY_CANNOT_FIT",
+        "POLICY_BUDGET_UNDER_FLOOR",
+    }
+)
 
 
 @click.command()
@@ -23,8 +30,9 @@ def budget(pipeline: str, as_json: bool) -> None:
     """Show each model step's prompt envelope against its model's window (PIPELINE may be FILE#NAME).
 
     Fixed parts (system prompt, templates, framing) are counted with the model's own
-    tokenizer; bounded parts at their bound; unbounded parts named. Exit status: 0, or 1
-    when a step can never fit (BUDGET_IMPOSSIBLE) or the pipeline is invalid.
+    tokenizer; bounded parts at their bound; unbounded parts named; a step's context policy
+    with its budget, reserve and floor. Exit status: 0, or 1 when a step can never fit
+    (BUDGET_IMPOSSIBLE, BUDGET_POLICY_CANNOT_FIT) or the pipeline is invalid.
     """
     from runtime.contract.registry import default_registry
     from runtime.format import diagnostics as d
@@ -59,7 +67,7 @@ def budget(pipeline: str, as_json: bool) -> None:
         click.echo(json.dumps([b.to_dict() for b in found], indent=2))
     else:
         _table(found, loaded.name)
-    sys.exit(1 if any(b.status == "impossible" for b in found) else 0)
+    sys.exit(1 if any(b.status == "impossible" or b.policy_cannot_fit for b in found) else 0)
 
 
 def _table(found: list[Any], title: str) -> None:
@@ -76,7 +84,8 @@ def _table(found: list[Any], title: str) -> None:
         console.print(f"{title}: no model steps")
         return
     table = Table(title=f"{title}: prompt envelopes (tokens)")
-    for column in ("step", "model", "window", "fixed", "output", "bounded max", "status"):
+    columns = ("step", "model", "window", "fixed", "output", "bounded max", "policy", "status")
+    for column in columns:
         table.add_column(column, justify="right" if column in _NUMERIC else "left")
     for b in found:
         status = f"{len(b.unbounded)} unbounded" if b.status == "unbounded" else b.status
@@ -87,13 +96,30 @@ def _table(found: list[Any], title: str) -> None:
             str(b.fixed_tokens),
             str(b.output_tokens),
             str(b.bounded_maximum),
-            status + (f" ({b.guard})" if b.guard and b.status != "fits" else ""),
+            _policy_cell(b.policy),
+            ("policy cannot fit" if b.policy_cannot_fit else status)
+            + (f" ({b.guard})" if b.guard and b.status != "fits" else ""),
         )
     console.print(table)
     for b in found:
         for p in b.parts:
             size = "unbounded" if p.tokens is None else f"<= {p.tokens}"
-            console.print(f"  {b.step_id}: {p.label} {size}: {p.why}", markup=False)
+            keep = "" if p.summarisable or b.policy is None else " (never summarised)"
+            console.print(f"  {b.step_id}: {p.label} {size}{keep}: {p.why}", markup=False)
+        if b.policy is not None and b.policy["enabled"]:
+            console.print(
+                f"  {b.step_id}: the policy may not summarise <= {b.unsummarisable_maximum} of "
+                f"its {b.policy['budget']}-token budget",
+                markup=False,
+            )
+
+
+def _policy_cell(policy: dict[str, Any] | None) -> str:
+    """budget/reserve/floor of a step's context policy; - without one."""
+    if policy is None:
+        return "-"
+    cell = f"{policy['budget']}/{policy['reserve']}/{policy['floor']}"
+    return cell + (" dry run" if policy["dry_run"] else "" if policy["enabled"] else " off")
 
 
 _NUMERIC = frozenset({"window", "fixed", "output", "bounded max"})

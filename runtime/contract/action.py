@@ -136,6 +136,7 @@ class PromptSlot:
     variable: str
     wrapper: str = ""  # text the action may add around the value (an evidence frame)
     path: Path = ()  # relative to the step
+    summarizable: bool = True  # False: a context policy never shortens it (the question)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,13 @@ alone over the window can never run (`BUDGET_IMPOSSIBLE`, an error); a prompt th
 exceed it, with no `context_policy` and no `catch` of `CONTEXT_OVERFLOW`, is a warning
 naming the parts to bound (`BUDGET_MAY_OVERFLOW`).
 
+A policy is no excuse for what it may not touch: what a context policy cannot summarise
+(the fixed text, the fidelity preamble, parts reading `question` or marked
+`summarizable: false`) is checked against the policy's own budget. Over it at their
+bounds is `BUDGET_POLICY_CANNOT_FIT` (an error); such a part with no bound still warns
+(`BUDGET_MAY_OVERFLOW`); a prompt budget under the emergency floor, where the policy
+rejects instead of summarising, is `POLICY_BUDGET_UNDER_FLOOR` (a warning).
+
 Counting is lazy: validation first tries the cheap bound (a token covers at least one
 UTF-8 byte) and loads the tokenizer only when that bound cannot decide;
 `runtime budget` always counts exactly.
@@ -58,6 +65,7 @@ class Part:
     # Where what makes it unbounded is written, when elsewhere than the step (a transition
     # into it that sets `fidelity: full`): the warning points there.
     at: tuple[str | int, ...] = ()
+    summarisable: bool = True  # False: a context policy may not shorten it
 
 
 @dataclass
@@ -74,6 +82,8 @@ class StepBudget:
     parts: list[Part] = field(default_factory=list)
     guard: str = ""  # "context_policy", "catch CONTEXT_OVERFLOW", or ""
     exact: bool = True  # False: fixed_tokens is the byte bound (validation's fast path)
+    # The step's context policy as the run applies it (budget, reserve, floor), or None.
+    policy: dict[str, Any] | None = None
 
     @property
     def minimum(self) -> int:
@@ -89,6 +99,20 @@ class StepBudget:
     def unbounded(self) -> list[Part]:
         """Parts with no static bound."""
         return [p for p in self.parts if p.tokens is None]
+
+    @property
+    def unsummarisable_maximum(self) -> int:
+        """The fixed text plus every part a policy may not summarise, at its bound."""
+        return self.fixed_tokens + sum(p.tokens or 0 for p in self.parts if not p.summarisable)
+
+    @property
+    def policy_cannot_fit(self) -> bool:
+        """A policy is on and what it may not summarise is over its budget at the bounds."""
+        return (
+            self.policy is not None
+            and self.policy["enabled"]
+            and self.unsummarisable_maximum > self.policy["budget"]
+        )
 
     @property
     def status(self) -> str:
@@ -111,11 +135,19 @@ class StepBudget:
             "minimum": self.minimum,
             "bounded_maximum": self.bounded_maximum,
             "parts": [
-                {"label": p.label, "variable": p.variable, "tokens": p.tokens, "why": p.why}
+                {
+                    "label": p.label,
+                    "variable": p.variable,
+                    "tokens": p.tokens,
+                    "why": p.why,
+                    "summarisable": p.summarisable,
+                }
                 for p in self.parts
             ],
             "unbounded": [p.label for p in self.unbounded],
+            "unsummarisable_maximum": self.unsummarisable_maximum,
             "guard": self.guard or None,
+            "policy": self.policy,
             "status": self.status,
         }
 
@@ -295,6 +327,7 @@ def fidelity_parts(
                 "",
                 fid.BUDGETS[mode] + PREAMBLE_JOINT,
                 f"the {mode} preamble's budget ({how})",
+                summarisable=False,
             )
         )
     for mode, by in ways:
@@ -359,7 +392,24 @@ def _measure(
     )
     cheap_min = size + envelope.overhead_tokens + envelope.output_tokens
     window = config.context_window
-    counted = exact or cheap_min > window or (all_bounded and cheap_max > window)
+    policy = _policy(step, settings, config, envelope.output_tokens)
+    # What a policy may not summarise, by bytes: when that may be over its budget, count.
+    cheap_hard = (
+        size
+        + envelope.overhead_tokens
+        + sum(
+            b.tokens or 0
+            for s, b in zip(envelope.slots, slot_bounds, strict=True)
+            if b is not None and not getattr(s, "summarizable", True)
+        )
+        + sum(p.tokens or 0 for p in fidelity if not p.summarisable)
+    )
+    counted = (
+        exact
+        or cheap_min > window
+        or (all_bounded and cheap_max > window)
+        or (policy is not None and cheap_hard > policy["budget"])
+    )
     if counted:
         from runtime.context.tokens import get_counter
 
@@ -369,14 +419,15 @@ def _measure(
     fixed = sum(count(t) for t in envelope.fixed) + envelope.overhead_tokens
     parts = []
     for slot, bound in zip(envelope.slots, slot_bounds, strict=True):
+        keep = {"summarisable": getattr(slot, "summarizable", True)}
         if bound is None:
             why = f"{slot.variable}: an undeclared input or set at run time, unbounded"
-            parts.append(Part(slot.label, slot.variable, None, why))
+            parts.append(Part(slot.label, slot.variable, None, why, **keep))
         elif bound.tokens is None:
-            parts.append(Part(slot.label, slot.variable, None, bound.why))
+            parts.append(Part(slot.label, slot.variable, None, bound.why, **keep))
         else:
             extra = count(slot.wrapper) if slot.wrapper else 0
-            parts.append(Part(slot.label, slot.variable, bound.tokens + extra, bound.why))
+            parts.append(Part(slot.label, slot.variable, bound.tokens + extra, bound.why, **keep))
     parts += [Part(label, "", None, "no static bound") for label in envelope.unbounded]
     parts += fidelity
     return StepBudget(
@@ -390,11 +441,37 @@ def _measure(
         parts=parts,
         guard=_guard(step, settings),
         exact=counted,
+        policy=policy,
     )
 
 
 def _byte_count(text: str) -> int:
     return len(text.encode("utf-8"))
+
+
+def _policy(
+    step: Mapping[str, Any], settings: Mapping[str, Any], config: Any, output: int
+) -> dict[str, Any] | None:
+    """The step's context policy as a run applies it: budget, reserve, floor (None: none)."""
+    from runtime.context.policy import model_profile, policy_config
+
+    cfg = policy_config(settings, step)
+    if not cfg.enabled and not step.get("context_policy") and not settings.get("context_policy"):
+        return None
+    margin = getattr(config, "token_margin", 0.0) or 0.0
+    profile = (
+        model_profile(config.name, config.context_window, output, cfg, margin)
+        if margin
+        else model_profile(config.name, config.context_window, output, cfg)
+    )
+    return {
+        "enabled": cfg.enabled and not cfg.dry_run,
+        "dry_run": cfg.dry_run,
+        "budget": profile.budget,
+        "reserve": profile.reserve,
+        "floor": profile.floor,
+        "summary_tokens": cfg.summary_tokens,
+    }
 
 
 def _guard(step: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
@@ -425,6 +502,8 @@ def check_budgets(
         path = ("steps", b.index, "id")
         where = f"step {b.step_id!r} on {b.model} ({b.window}-token window)"
         status = b.status
+        if b.policy is not None and b.policy["enabled"] and status != "impossible":
+            yield from _policy_findings(b, where, path)
         if status == "impossible":
             yield Finding(
                 "BUDGET_IMPOSSIBLE",
@@ -432,6 +511,8 @@ def check_budgets(
                 f"({b.output_tokens}) need {b.minimum} tokens before any variable part",
                 path,
             )
+        elif b.policy_cannot_fit:
+            continue  # an error already says it
         elif status in ("unbounded", "may_overflow") and not b.guard:
             if status == "unbounded":
                 # A transition's `fidelity: full` is warned at the transition's line.
@@ -458,3 +539,42 @@ def check_budgets(
                     f"with its output ({names})"
                 )
             yield Finding("BUDGET_MAY_OVERFLOW", message, path, severity="warning")
+
+
+def _policy_findings(b: StepBudget, where: str, path: tuple[str | int, ...]) -> Iterator[Finding]:
+    """What a context policy cannot fix: its floor, and the parts it may not summarise."""
+    policy = b.policy or {}
+    budget, floor = policy["budget"], policy["floor"]
+    if budget < floor:
+        yield Finding(
+            "POLICY_BUDGET_UNDER_FLOOR",
+            f"{where}: the context policy's prompt budget {budget} (reserve {policy['reserve']}) "
+            f"is under its emergency_floor {floor}, so a prompt over it is rejected, never "
+            "summarised",
+            path,
+            hint="Raise prompt_budget (or the window, or lower response_reserve) to at least "
+            "emergency_floor, or lower emergency_floor.",
+            severity="warning",
+        )
+    hard = [p for p in b.parts if not p.summarisable]
+    if b.policy_cannot_fit:
+        named = ", ".join(f"{p.label} up to {p.tokens}" for p in hard if p.tokens is not None)
+        yield Finding(
+            "BUDGET_POLICY_CANNOT_FIT",
+            f"{where}: what the context policy may not summarise needs up to "
+            f"{b.unsummarisable_maximum} tokens (fixed text and framing {b.fixed_tokens}"
+            f"{', ' + named if named else ''}), over its {budget}-token prompt budget "
+            f"(reserve {policy['reserve']})",
+            path,
+        )
+    loose = [p for p in hard if p.tokens is None]
+    if loose:
+        names = ", ".join(f"{p.label} ({p.why})" for p in loose)
+        yield Finding(
+            "BUDGET_MAY_OVERFLOW",
+            f"{where}: the context policy may not summarise {names}, and nothing bounds it",
+            path,
+            hint="Give the input a maxLength, or mark the part `summarizable: true` if it may "
+            "be summarised (`runtime budget PIPELINE`).",
+            severity="warning",
+        )
