@@ -130,8 +130,9 @@ def stage(
     """
     cfg = pol.policy_config(ctx.settings, ctx.step)
     config = provider.config
-    profile = pol.model_profile(config.name, config.context_window, reserve, cfg)
-    counter = ctx.services.tokens(config.tokenizer)
+    margin = config.token_margin  # the tokenizer may not be the model's (docs/models.md)
+    profile = pol.model_profile(config.name, config.context_window, reserve, cfg, margin)
+    counter = ctx.services.tokens_for(config)
     prompt = prompt_of(ctx, messages, user_pieces(ctx, render, note, escape) if cfg.enabled else [])
     store = store_of(ctx) if cfg.enabled else None
     if store is not None and cfg.trace_threshold_tokens and not cfg.dry_run:
@@ -147,6 +148,7 @@ def stage(
         preamble_tokens=preamble_tokens,
     )
     data = decision.trace_data(ctx.step_id, config.name)
+    data.update(tokenizer=config.tokenizer, token_margin=margin)
     if decision.decision == "reject":
         # The prompt as it came, for `runtime trace RUN --step ID --full` (or --messages).
         ctx.trace("CONTEXT_BUDGET_DECISION", **data, messages=rejected_prompt(messages))
@@ -163,11 +165,15 @@ def stage(
     if cfg.dry_run:  # decided and traced; the prompt goes as assembled
         sent = messages
         tokens = sum(counter.count_cached(m.get("content") or "") + overhead for m in messages)
-        if tokens + profile.reserve > config.context_window:
+        hard = pol.model_profile(
+            config.name, config.context_window, profile.reserve, pol.PolicyConfig(), margin
+        )
+        if tokens > hard.budget:
             ctx.trace("CONTEXT_BUDGET_DECISION", **data, sent_tokens=None)
             raise ContextOverflowError(
                 f"prompt {tokens} tokens + {profile.reserve} reserved for output exceeds the "
-                f"{config.context_window}-token window of {config.name} (context_policy dry_run)",
+                f"{config.context_window}-token window of {config.name} (context_policy dry_run"
+                f"{f', token_margin {margin:g}' if margin else ''})",
                 step_id=ctx.step_id,
             )
     else:
