@@ -71,7 +71,8 @@ def runs(
 @click.option(
     "--messages",
     is_flag=True,
-    help="Print the exact messages each model call sent, verbatim (with --step: its calls).",
+    help="Print the exact messages each model call sent, verbatim (with --step: its calls); "
+    "a tool-call turn lists each call's tool and arguments, a tool result names its call.",
 )
 @click.option("--full", is_flag=True, help="Print values whole (text listing cuts them at 80).")
 @click.option(
@@ -242,7 +243,27 @@ def _render_messages(calls: list[dict[str, Any]]) -> str:
         what = "rejected prompt, not sent" if call["type"] != "MODEL_CALL" else "model call"
         out.append(f"=== {call['step_id']}: {what} {n} of {len(calls)} ({about}) ===\n")
         for i, message in enumerate(call.get("messages") or [], 1):
-            out.append(f"--- message {i}: {message.get('role')} ---\n")
-            content = str(message.get("content", ""))
-            out.append(content if content.endswith("\n") else content + "\n")
+            out.append(f"--- message {i}: {_turn(message, names)} ---\n")
+            content = message.get("content")
+            if content is not None or not message.get("tool_calls"):
+                text = "" if content is None else str(content)
+                out.append(text if text.endswith("\n") else text + "\n")
+            for c in message.get("tool_calls") or ():
+                fn = c.get("function") or {}
+                out.append(f"tool call {c.get('id')}: {fn.get('name')} {fn.get('arguments')}\n")
+        names: dict[str, str] = {}  # tool call id -> tool name, to label the results
     return "".join(out)
+
+
+def _turn(message: dict[str, Any], names: dict[str, str]) -> str:
+    """A message's label: its role, with its tool calls counted or the call a result answers."""
+    role = str(message.get("role"))
+    calls = message.get("tool_calls") or []
+    for c in calls:
+        names[str(c.get("id"))] = str((c.get("function") or {}).get("name"))
+    if calls:
+        return f"{role} ({len(calls)} tool call{'s' if len(calls) > 1 else ''})"
+    answered = message.get("tool_call_id")
+    if role == "tool" and answered is not None:
+        return f"tool (result of {answered}: {names.get(str(answered), 'unknown tool')})"
+    return role
