@@ -25,6 +25,14 @@ def trace_model_call(
         prompt_tokens=prompt_tokens,
         latency_ms=response.latency_ms,
         finish_reason=response.finish_reason,
+        # "server": the server's own counts; "estimate": counted here, the server sent none.
+        usage_from=getattr(response, "usage_from", "tokenizer"),
+        **{
+            key: getattr(response, key)
+            # The server's prompt-cache reuse, and the structured output it was asked for.
+            for key in ("cached_tokens", "response_format")
+            if getattr(response, key, None) is not None
+        },
         messages=messages,
         # The reply's opening, for the notes of later preambles (runtime/context/fidelity.py).
         reply=(response.text or "")[:400],

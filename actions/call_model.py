@@ -24,6 +24,7 @@ from runtime.contract.action import (
 from runtime.errors import (
     InvalidStructuredOutputError,
     ModelError,
+    ModelOutputTruncatedError,
     RunError,
     StateError,
 )
@@ -86,7 +87,16 @@ class CallModel(Action):
             "type": "boolean",
             "description": "Require a JSON reply (else INVALID_STRUCTURED_OUTPUT).",
         },
-        "json_schema": {"type": "object", "description": "Expected reply shape (JSON Schema)."},
+        "json_schema": {
+            "type": "object",
+            "description": "Expected reply shape (JSON Schema), sent to the server as structured "
+            "output (the model's `structured_output` option).",
+        },
+        "on_truncated": {
+            "enum": ["warn", "fail"],
+            "description": "A reply cut (finish_reason length) before max_output_tokens: warn "
+            "(the default: traced, printed, the run goes on) or fail (MODEL_OUTPUT_TRUNCATED).",
+        },
         "tools": {
             "type": "array",
             "items": {"enum": ["rehydrate"]},
@@ -394,6 +404,10 @@ class CallModel(Action):
         log = ctx.history_log
         choose = ctx.settings.get("fidelity") or {}
         goal = ctx.pipeline.description or ctx.settings.get("goal") or ""
+        # The only variables a preamble shows: the run's inputs (declared, else as given),
+        # while no step has written them (docs/fidelity.md, "What a preamble never shows").
+        declared = getattr(ctx.pipeline, "inputs", None)
+        inputs = list(declared) if declared is not None else list(ctx.inputs)
         return fid.RunView(
             pipeline=ctx.pipeline.name,
             goal=str(goal),
@@ -405,6 +419,7 @@ class CallModel(Action):
             written=list(log.written) if log is not None else [],
             include=choose.get("include"),
             exclude=choose.get("exclude") or (),
+            inputs=inputs,
         )
 
     def run(self, ctx: StepContext) -> Outcome | None:
@@ -439,16 +454,22 @@ class CallModel(Action):
         )
         tools = list(ctx.step.get("tools") or [])
         sent: list[int] = []  # each tool round's prompt tokens
-        if tools:
-            response, messages = self.complete_with_tools(
-                ctx, provider, request, on_chunk, sent
-            )
-        else:
-            response = provider.complete(request, on_chunk=on_chunk)
+        try:
+            if tools:
+                response, messages = self.complete_with_tools(
+                    ctx, provider, request, on_chunk, sent
+                )
+            else:
+                response = provider.complete(request, on_chunk=on_chunk)
+        except ModelError as exc:
+            trace_retries(ctx, exc.details.get("retries") or ())
+            raise
+        trace_retries(ctx, response.retries)
         if len(sent) > 1:  # the final request's prompt, and every round's
             prompt_tokens = sent[-1]
             fidelity["round_prompt_tokens"] = sent
         trace_model_call(ctx, provider, response, prompt_tokens, messages, **fidelity)
+        self.check_truncated(ctx, response, reserve)
         text = response.text
         if json_mode:
             reply = _jsonish.read(text)
@@ -463,6 +484,42 @@ class CallModel(Action):
         if "thread_id" in fidelity:  # staged like the write: a failed attempt appends nothing
             ctx.append_thread(fidelity["thread_id"], [*own, {"role": "assistant", "content": text}])
         return None
+
+    @staticmethod
+    def check_truncated(ctx: StepContext, response: Any, reserve: int) -> None:
+        """A reply cut by the server before the reserved output: traced, then warn or fail.
+
+        `finish_reason: length` at max_output_tokens is the limit the step set (traced);
+        below it, the server ran out of window: it counted the prompt as longer than the
+        runtime did (another tokenizer), which the step's `on_truncated` decides about.
+        """
+        if response.finish_reason != "length":
+            return
+        early = response.tokens_out < reserve
+        cause = "window" if early else "max_output_tokens"
+        data: dict[str, Any] = {
+            "tokens_out": response.tokens_out,
+            "reserved": reserve,
+            "cause": cause,
+            "usage_from": response.usage_from,
+        }
+        if not early:
+            ctx.trace("MODEL_TRUNCATED", **data)
+            return
+        message = (
+            f"the reply was cut at {response.tokens_out} tokens, before the {reserve} reserved: "
+            "the server counted the prompt as longer than the runtime's tokenizer did"
+        )
+        policy = ctx.step.get("on_truncated", "warn")
+        ctx.trace("MODEL_TRUNCATED", policy=policy, warning=message, **data)
+        if policy == "fail":
+            raise ModelOutputTruncatedError(message)
+
+
+def trace_retries(ctx: StepContext, retries: Any) -> None:
+    """One MODEL_RETRY event per provider-level retry: which (`retry` 1, 2...), code, reason, wait."""
+    for retry in retries:
+        ctx.trace("MODEL_RETRY", **retry)
 
 
 def _one_block(block: str) -> str:

@@ -45,6 +45,13 @@ class SearchNodes(Action):
             "type": "string",
             "description": "Variable with the query (default last_model_response, JSON-ish or text).",
         },
+        "fallback_query_from": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Variable to search with when query_from holds no usable query "
+            "(unset, not JSON with a `query` string, or blank), e.g. `question`; traced as "
+            "QUERY_FALLBACK. Unset: such a query is QUERY_EMPTY.",
+        },
         "filters": {
             "type": "object",
             "description": "Static narrowing: kind, language, path_prefix.",
@@ -131,8 +138,10 @@ class SearchNodes(Action):
 
     @classmethod
     def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:
-        """`query_from` (default last_model_response): unset, the query is empty."""
+        """`query_from` (default last_model_response): unset, the query is empty; the fallback."""
         yield VariableRead.named(step, "query_from", "last_model_response")
+        if isinstance(step.get("fallback_query_from"), str):
+            yield VariableRead((step["fallback_query_from"],), ("fallback_query_from",))
 
     @classmethod
     def step_writes(cls, step: Mapping[str, Any]) -> Iterator[str]:
@@ -143,12 +152,28 @@ class SearchNodes(Action):
         """Search within the caller's scope; write the retrieval variables."""
         step, settings = ctx.step, ctx.settings
         source = step.get("query_from", "last_model_response")
-        raw = ctx.get(source) if "query_from" in step else ctx.get(source, None)
+        fallback = step.get("fallback_query_from")
+        strict = "query_from" in step and fallback is None
+        raw = ctx.get(source) if strict else ctx.get(source, None)
         payload = _jsonish.parse_object(raw) if isinstance(raw, str | dict) else None
         if payload is not None:
             query = payload.get("query") if isinstance(payload.get("query"), str) else ""
         else:
             query = raw if isinstance(raw, str) else ""
+        if not query.strip() and fallback is not None:
+            # A model that answered without a usable query: search with what the step names
+            # (the user's question), never silently (QUERY_FALLBACK names why).
+            why = (
+                "unset"
+                if raw is None
+                else "no query field"
+                if payload is not None and "query" not in payload
+                else "blank or not a string"
+            )
+            ctx.trace("QUERY_FALLBACK", source=source, fallback=fallback, reason=why)
+            value = ctx.get(fallback)
+            query = value if isinstance(value, str) else ""
+            source = fallback
         if not query.strip():
             raise RunError(f"empty search query (from {source!r})", code="QUERY_EMPTY")
         payload = payload or {}

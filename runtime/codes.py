@@ -231,8 +231,6 @@ _CODES: list[Code] = [
     ),
     Code("COMPACTION_RULE_INVALID", "graph", "A compaction rule is incomplete or out of range."),
     Code("RULE_INVALID", "graph", "A rule in a step's `rules` is malformed."),
-    Code("COMPACTION_RULE_INVALID", "graph", "A compaction rule is incomplete or out of range."),
-    Code("RULE_INVALID", "graph", "A rule in a step's `rules` is malformed."),
     Code(
         "PROTECTED_FIELD",
         "graph",
@@ -421,6 +419,21 @@ _CODES: list[Code] = [
         "Pass --repository NAME.",
     ),
     Code(
+        "LABELS_UNMATCHED",
+        "usage",
+        "`runtime index --labels`: none of the labels file's globs matches a file, so every "
+        "file it was meant to label would be visible to all; nothing was indexed.",
+        "Globs match paths relative to the repository root (recorded when the repository was "
+        "first indexed; --repo-root sets it): write them from there, e.g. src/Secrets/*.",
+    ),
+    Code(
+        "LABELS_OUTSIDE_ROOT",
+        "usage",
+        "`runtime index --labels`: a path lies outside the repository root that label globs "
+        "match from, so its files could not be labelled; nothing was indexed.",
+        "Index a folder under the root, or pass --repo-root with a folder holding every path.",
+    ),
+    Code(
         "EMBEDDINGS_UNAVAILABLE",
         "run",
         "Semantic search needs an embedding provider that is not installed.",
@@ -516,6 +529,15 @@ _CODES: list[Code] = [
     ),
     Code("MODEL_RATE_LIMITED", "model", "The model server answered 429 after all retries."),
     Code("MODEL_TIMEOUT", "model", "The model server did not answer in time."),
+    Code(
+        "MODEL_OUTPUT_TRUNCATED",
+        "model",
+        "The reply was cut (`finish_reason: length`) before the output tokens the step "
+        "reserved: the server counted the prompt as longer than the runtime did "
+        "(a step with `on_truncated: fail`; the default, warn, traces it and goes on).",
+        "Use the model's own tokenizer (`tokenizer: server` or `hf:PATH`), or a `token_margin`, "
+        "so the prompt budget leaves the reserved output room (docs/models.md).",
+    ),
     Code("MODEL_PROVIDER_ERROR", "model", "The model server failed or answered malformed data."),
     Code(
         "MODEL_AUTH_ERROR",
@@ -532,6 +554,15 @@ _CODES: list[Code] = [
     Code("CASSETTE_INVALID", "model", "A cassette file is missing or malformed."),
     # --- usage ------------------------------------------------------------------
     Code("USAGE", "usage", "The command line is wrong."),
+    Code(
+        "RESUME_CHOICE_CHANGED",
+        "usage",
+        "A resume gave a model, index or tokenizer other than the run was started with "
+        "(`--model`, `--index`, or an environment variable such as `$OPENAI_BASE_URL` "
+        "set to another value); the message names what was recorded and what was given.",
+        "Resume without it (what is not given is taken from the run), or pass --force "
+        "to go on with what is given; the trace records the change.",
+    ),
 ]
 
 CODES: dict[str, Code] = {c.name: c for c in _CODES}

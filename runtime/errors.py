@@ -15,6 +15,7 @@
         └── ModelError                  the LLM taxonomy (retryable by `retry`)
             ├── ContextOverflowError
             ├── InvalidStructuredOutputError
+            ├── ModelOutputTruncatedError
             ├── ModelRateLimitedError
             ├── ModelTimeoutError
             ├── ModelAuthError
@@ -215,6 +216,12 @@ class InvalidStructuredOutputError(ModelError):
     """The model's reply is not valid JSON where JSON was required."""
 
     default_code = "INVALID_STRUCTURED_OUTPUT"
+
+
+class ModelOutputTruncatedError(ModelError):
+    """The reply was cut before the reserved output (on_truncated: fail)."""
+
+    default_code = "MODEL_OUTPUT_TRUNCATED"
 
 
 class ModelRateLimitedError(ModelError):

@@ -376,14 +376,23 @@ class ChatServer:
                     self.end_headers()
                     self.wfile.write(b'{"error": {"message": "scripted failure"}}')
                     return
-                if body.get("stream"):
+                if body.get("stream") and "raw" not in step:
+                    # As real servers do: the reply in pieces, then (when asked) the usage.
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
                     self.end_headers()
-                    for piece in step["chunks"]:
-                        event = {"choices": [{"delta": {"content": piece}, "index": 0}]}
+                    chunks = step["chunks"] if "chunks" in step else [step["reply"]]
+                    for n, piece in enumerate(chunks):
+                        choice: dict[str, Any] = {"delta": {"content": piece}, "index": 0}
+                        if n == len(chunks) - 1:
+                            choice["finish_reason"] = step.get("finish_reason", "stop")
+                        event = {"choices": [choice]}
                         self.wfile.write(f"data: {_json.dumps(event)}\n\n".encode())
                         self.wfile.flush()
+                    if (body.get("stream_options") or {}).get("include_usage"):
+                        usage = step.get("usage", {"prompt_tokens": 11, "completion_tokens": 3})
+                        event = {"choices": [], "usage": usage}
+                        self.wfile.write(f"data: {_json.dumps(event)}\n\n".encode())
                     self.wfile.write(b"data: [DONE]\n\n")
                     return
                 raw = step.get("raw")

@@ -37,10 +37,16 @@ class Progress:
         self._live: Any = None
         self._spin: Any = None
         self._piece: list[str] | None = None  # the reply being streamed, while it is
+        # "STEP: message" of each trace event that carries a `warning` (printed at the end).
+        self.warnings: list[str] = []
 
     # --- what the engine calls -------------------------------------------------------
     def on_event(self, event: dict[str, Any]) -> None:
         """A trace event: any event ends a streamed reply; STEP, CATCH and RUN_RESUMED move on."""
+        if isinstance(event.get("warning"), str):
+            self.warnings.append(f"{event.get('step_id') or 'run'}: {event['warning']}")
+        if not (self._spinner or self._stream):
+            return
         self._end_reply()
         kind = event.get("type")
         if kind in ("STEP", "CATCH"):
@@ -78,9 +84,9 @@ class Progress:
         return self.on_chunk if self._stream else None
 
     @property
-    def event_listener(self) -> Callable[[dict[str, Any]], None] | None:
-        """on_event when anything is drawn, else None."""
-        return self.on_event if (self._spinner or self._stream) else None
+    def event_listener(self) -> Callable[[dict[str, Any]], None]:
+        """on_event: draws when anything is drawn, and collects the run's warnings."""
+        return self.on_event
 
     # --- drawing --------------------------------------------------------------------------
     def label(self) -> str:

@@ -55,9 +55,16 @@ def _check_model(services: Any) -> None:
 def _print_result(result: Any, as_json: bool, progress: Any = None) -> None:
     # A value the terminal already showed as a streamed reply is not printed again.
     shown = progress.already_shown if progress is not None else (lambda text: False)
+    warnings = list(progress.warnings) if progress is not None else []
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
-    elif result.error is None:
+        out = result.to_dict()
+        if warnings:
+            out["warnings"] = warnings
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        return
+    for line in warnings:
+        click.echo(f"warning: {line}", err=True)
+    if result.error is None:
         out = result.output
         if isinstance(out, dict):
             for key, value in out.items():

@@ -214,6 +214,20 @@ SETTINGS_SCHEMA: dict[str, Any] = {
                     "max_retries": {"type": "integer", "minimum": 0},
                     "cassette": {"type": "string"},
                     "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "structured_output": {
+                        "enum": ["json_schema", "json_object", "none"],
+                        "description": "How a step's json_schema reaches the server: "
+                        "response_format json_schema (default), json_object, or none.",
+                    },
+                    "stream": {
+                        "type": "boolean",
+                        "description": "Stream replies from the server (default true).",
+                    },
+                    "later_system": {
+                        "enum": ["user", "keep"],
+                        "description": "System messages after the first: folded into user "
+                        "turns (default, for strict chat templates) or kept.",
+                    },
                 },
                 "additionalProperties": False,
             },

@@ -41,6 +41,16 @@ class ModelConfig:
     max_retries: int = 3
     headers: dict[str, str] = field(default_factory=dict)
     cassette: str = ""
+    # How a step's json_schema reaches the server (runtime/models/wire.py): `json_schema`
+    # (OpenAI, llama.cpp, vLLM, Ollama), `json_object` for servers that refuse it, `none`.
+    structured_output: str = "json_schema"
+    # Ask for a streamed reply even when nothing is displayed: a reply still being generated
+    # is then bounded by deadline_seconds, not by timeout_seconds of silence (issue 23).
+    stream: bool = True
+    # System messages after the first (a `full` thread joins several steps' conversations):
+    # `user` folds each into the next user turn as a note, for chat templates that allow one
+    # leading system message (llama.cpp's strict ones); `keep` sends them as they are.
+    later_system: str = "user"
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,14 @@ class ModelResponse:
     provider: str = ""
     finish_reason: str = "stop"
     tool_calls: list[ToolCall] = field(default_factory=list)  # empty: a plain answer
+    # Where tokens_in/tokens_out come from: "server" (its usage), "estimate" (counted here
+    # with the configured tokenizer: the server sent none), "tokenizer" (a local responder).
+    usage_from: str = "tokenizer"
+    cached_tokens: int | None = None  # prompt tokens the server reused from its cache
+    # Provider-level retries before this reply: {retry, code, reason, wait_s} each.
+    retries: list[dict[str, Any]] = field(default_factory=list)
+    # The structured-output request the server got (`response_format`), if any.
+    response_format: dict[str, Any] | None = None
 
 
 ChunkCallback = Callable[[str], None]

@@ -96,7 +96,30 @@ def _entry(path: str, number: int, line: str) -> tuple[str, ModelResponse]:
     ):
         raise _invalid(path, number, "`tool_calls` must be a list of {id, name, arguments}")
     tools = [ToolCall(c["id"], c["name"], c["arguments"]) for c in calls]
-    return step, ModelResponse(text, counts[0], counts[1], 0.0, model, "replay", finish, tools)
+    usage_from = entry.get("usage_from", "tokenizer")
+    cached = entry.get("cached_tokens")
+    fmt = entry.get("response_format")
+    if not isinstance(usage_from, str):
+        raise _invalid(path, number, "`usage_from` must be a string")
+    if cached is not None and (
+        isinstance(cached, bool) or not isinstance(cached, int) or cached < 0
+    ):
+        raise _invalid(path, number, "`cached_tokens` must be a non-negative integer")
+    if fmt is not None and not isinstance(fmt, dict):
+        raise _invalid(path, number, "`response_format` must be an object")
+    return step, ModelResponse(
+        text,
+        counts[0],
+        counts[1],
+        0.0,
+        model,
+        "replay",
+        finish,
+        tools,
+        usage_from=usage_from,
+        cached_tokens=cached,
+        response_format=fmt,
+    )
 
 
 def load(path: str) -> dict[str, deque[ModelResponse]]:
@@ -162,6 +185,10 @@ class ReplayProvider:
             "replay",
             recorded.finish_reason,
             list(recorded.tool_calls),
+            # As the live call reported them, so the replayed trace is the recorded one.
+            usage_from=recorded.usage_from,
+            cached_tokens=recorded.cached_tokens,
+            response_format=recorded.response_format,
         )
 
 
@@ -192,11 +219,15 @@ class RecordingProvider:
             "tokens_in": response.tokens_in,
             "tokens_out": response.tokens_out,
             "finish_reason": response.finish_reason,
+            "usage_from": response.usage_from,
             "context_window": self.config.context_window,
             "tokenizer": self.config.tokenizer,
         }
         if response.tool_calls:
             entry["tool_calls"] = [c.to_dict() for c in response.tool_calls]
+        for key in ("cached_tokens", "response_format"):
+            if getattr(response, key) is not None:
+                entry[key] = getattr(response, key)
         from runtime.models.guard import scrubber_for
 
         line = json.dumps(scrubber_for(self.settings, self.config).data(entry), ensure_ascii=False)

@@ -18,7 +18,9 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -54,7 +56,15 @@ SETTING_KEYS = (
     "max_retries",
     "headers",
     "cassette",
+    "structured_output",
+    "stream",
+    "later_system",
 )
+# Provider options of openai models (runtime/models/base.py ModelConfig says what each does).
+OPENAI_CHOICES = {
+    "structured_output": ("json_schema", "json_object", "none"),
+    "later_system": ("user", "keep"),
+}
 MAX_RETRIES_LIMIT = 10
 # Credentials belong in the environment (api_key_env), never in a pipeline file or a spec.
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
@@ -181,6 +191,21 @@ def config_from_settings(name: str, raw: Any, *, base_dir: str | None = None) ->
         values["max_retries"] = retries
     if "headers" in raw:
         values["headers"] = _headers(raw["headers"], where)
+    for key, allowed in OPENAI_CHOICES.items():
+        if key in raw:
+            if provider != "openai":
+                raise _invalid(where, f"{key} applies to openai models, not {provider}")
+            if raw[key] not in allowed:
+                raise _invalid(
+                    where, f"{key} must be one of {', '.join(allowed)}, not {raw[key]!r}"
+                )
+            values[key] = raw[key]
+    if "stream" in raw:
+        if provider != "openai":
+            raise _invalid(where, f"stream applies to openai models, not {provider}")
+        if not isinstance(raw["stream"], bool):
+            raise _invalid(where, f"stream must be true or false, not {raw['stream']!r}")
+        values["stream"] = raw["stream"]
     if provider == "replay":
         cassette = Path(_text(raw.get("cassette"), "cassette", where))
         if not cassette.is_absolute() and base_dir:
@@ -237,10 +262,10 @@ def check_margin(value: Any, where: str) -> float:
 def _adhoc_counting(where: str, spec_dir: str | None) -> dict[str, Any]:
     """The tokenizer and margin $RUNTIME_TOKENIZER and $RUNTIME_TOKEN_MARGIN set, if any."""
     out: dict[str, Any] = {}
-    tokenizer = os.environ.get(TOKENIZER_ENV)
+    tokenizer = environment().get(TOKENIZER_ENV)
     if tokenizer is not None:
         out["tokenizer"] = check_tokenizer(tokenizer, "openai", f"${TOKENIZER_ENV}", spec_dir)
-    margin = os.environ.get(TOKEN_MARGIN_ENV)
+    margin = environment().get(TOKEN_MARGIN_ENV)
     if margin is not None:
         try:
             value: Any = float(margin)
@@ -250,12 +275,33 @@ def _adhoc_counting(where: str, spec_dir: str | None) -> dict[str, Any]:
     return out
 
 
+# Resolution reads the environment only through environment(), so a resumed run can resolve
+# its models with the values its start recorded (runtime/engine/choices.py).
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("model_environ", default=None)
+
+
+def environment() -> Mapping[str, str]:
+    """The environment model specs resolve against: os.environ unless `resolving_with` says."""
+    environ = _ENVIRON.get()
+    return os.environ if environ is None else environ
+
+
+@contextmanager
+def resolving_with(environ: Mapping[str, str]) -> Iterator[None]:
+    """Resolve specs against environ within the block (this thread or task only)."""
+    token = _ENVIRON.set(environ)
+    try:
+        yield
+    finally:
+        _ENVIRON.reset(token)
+
+
 def _default_base_url() -> str:
-    return os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+    return environment().get(BASE_URL_ENV) or DEFAULT_BASE_URL
 
 
 def _adhoc_window(where: str) -> int:
-    raw = os.environ.get(CONTEXT_WINDOW_ENV)
+    raw = environment().get(CONTEXT_WINDOW_ENV)
     if raw is None:
         return DEFAULT_CONTEXT_WINDOW
     try:

@@ -100,16 +100,20 @@ class OpenAIProvider:
     ) -> ModelResponse:
         """Send the request (streamed when request.stream or on_chunk), retrying transient failures."""
         started = time.perf_counter()
-        stream = request.stream or on_chunk is not None
+        # Streamed from the server whenever the configuration allows (the default), displayed
+        # or not: a reply still being generated is bounded by the whole-call deadline, not cut
+        # by the per-read timeout while the server thinks before its first byte.
+        stream = request.stream or on_chunk is not None or self.config.stream
         delivered = False
 
         def relay(piece: str) -> None:
             nonlocal delivered
-            delivered = True
             if on_chunk is not None:
+                delivered = True  # the reader saw it: this reply can no longer be retried
                 on_chunk(piece)
 
         attempt = 0
+        retries: list[dict[str, Any]] = []
         while True:
             try:
                 reply = self._exchange(request, stream, relay)
@@ -117,21 +121,35 @@ class OpenAIProvider:
             except ModelError as exc:
                 retryable = exc.details.get("retryable", False) and not delivered
                 if not retryable:
+                    if retries:
+                        exc.details["retries"] = retries
                     raise
                 if attempt >= self.config.max_retries:
                     tries = f"{attempt + 1} attempt{'s' if attempt else ''}"
                     raise type(exc)(
-                        f"{exc.message} (gave up after {tries})", code=exc.code
+                        f"{exc.message} (gave up after {tries})", code=exc.code, retries=retries
                     ) from exc
-                self.sleep(self.delay(attempt, exc.details.get("retry_after")))
+                wait = self.delay(attempt, exc.details.get("retry_after"))
+                retries.append(
+                    {
+                        "retry": attempt + 1,
+                        "code": exc.code,
+                        "reason": exc.message[:300],
+                        "wait_s": round(wait, 3),
+                    }
+                )
+                self.sleep(wait)
                 attempt += 1
         tokens_in, tokens_out = reply.tokens_in, reply.tokens_out
+        usage_from = "server"
         if tokens_in is None:
             count = self._counter()
             # An assistant message that only called a tool has content None.
             tokens_in = sum(count(m.get("content") or "") for m in request.messages)
+            usage_from = "estimate"
         if tokens_out is None:
             tokens_out = self._counter()(reply.text)
+            usage_from = "estimate"
         return ModelResponse(
             reply.text,
             tokens_in,
@@ -141,6 +159,10 @@ class OpenAIProvider:
             "openai",
             reply.finish_reason,
             reply.tool_calls,
+            usage_from=usage_from,
+            cached_tokens=reply.cached_tokens,
+            retries=retries,
+            response_format=wire.response_format(request, self.config.structured_output),
         )
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
@@ -191,7 +213,13 @@ class OpenAIProvider:
         """One HTTP exchange; every failure leaves here as a model error (the one boundary)."""
         import httpx
 
-        body = wire.request_body(request, request.model or self.config.model, stream)
+        body = wire.request_body(
+            request,
+            request.model or self.config.model,
+            stream,
+            structured_output=self.config.structured_output,
+            later_system=self.config.later_system,
+        )
         where = f"{self.config.name} ({self.url})"
         with self._lock:
             self.attempts += 1

@@ -8,12 +8,16 @@ ends early (the connection was cut).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.errors import ModelProviderError
 from runtime.models.base import ModelRequest, ToolCall
+
+# OpenAI's rule for a response_format name: letters, digits, _ and -, at most 64.
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 @dataclass
@@ -25,25 +29,96 @@ class Reply:
     tokens_out: int | None = None
     finish_reason: str = "stop"
     tool_calls: list[ToolCall] = field(default_factory=list)
+    cached_tokens: int | None = None  # prompt tokens the server took from its cache
 
 
-def request_body(request: ModelRequest, model: str, stream: bool) -> dict[str, Any]:
-    """The JSON body for POST /chat/completions."""
+SYSTEM_NOTE = "Instructions for this step:"
+
+
+def request_body(
+    request: ModelRequest,
+    model: str,
+    stream: bool,
+    *,
+    structured_output: str = "json_schema",
+    later_system: str = "keep",
+) -> dict[str, Any]:
+    """The JSON body for POST /chat/completions.
+
+    structured_output: how a step's json_schema is sent (`json_schema`, `json_object`,
+    `none`); later_system: `user` folds system messages after the first into user turns.
+    """
+    messages = request.messages
+    if later_system == "user":
+        messages = fold_later_system(messages)
     body: dict[str, Any] = {
         "model": model,
-        "messages": request.messages,
+        "messages": messages,
         "max_tokens": request.max_output_tokens,
         "stream": stream,
     }
+    if stream:
+        # The server's own counts arrive in the last event (OpenAI, vLLM, llama.cpp, Ollama).
+        body["stream_options"] = {"include_usage": True}
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.top_p is not None:
         body["top_p"] = request.top_p
-    if request.json_mode:
-        body["response_format"] = {"type": "json_object"}
+    fmt = response_format(request, structured_output)
+    if fmt is not None:
+        body["response_format"] = fmt
     if request.tools:
         body["tools"] = request.tools
     return body
+
+
+def response_format(request: ModelRequest, structured_output: str) -> dict[str, Any] | None:
+    """The `response_format` for a JSON step: its schema when the server takes one."""
+    if not request.json_mode or structured_output == "none":
+        return None
+    if structured_output == "json_schema" and request.json_schema is not None:
+        name = request.step_id if _NAME.match(request.step_id or "") else "reply"
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": name, "schema": request.json_schema, "strict": False},
+        }
+    return {"type": "json_object"}
+
+
+def fold_later_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One leading system message at most: each later one becomes a note in a user turn.
+
+    A later system message is prefixed to the user turn that follows it (or becomes a user
+    turn of its own when an assistant turn or the end follows), so the roles still
+    alternate as strict chat templates require. The first system message stays first.
+    """
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []
+    for i, message in enumerate(messages):
+        if message.get("role") == "system" and i > 0:
+            pending.append(str(message.get("content") or ""))
+            continue
+        if pending and message.get("role") == "user" and isinstance(message.get("content"), str):
+            note = "\n\n".join(pending)
+            message = {**message, "content": f"{SYSTEM_NOTE}\n{note}\n\n{message['content']}"}
+            pending = []
+        elif pending:
+            _note_after(out, pending)
+            pending = []
+        out.append(message)
+    if pending:
+        _note_after(out, pending)
+    return out
+
+
+def _note_after(out: list[dict[str, Any]], pending: list[str]) -> None:
+    """The notes appended to a user turn just before them, else as a user turn of their own."""
+    text = SYSTEM_NOTE + "\n" + "\n\n".join(pending)
+    last = out[-1] if out else None
+    if last is not None and last.get("role") == "user" and isinstance(last.get("content"), str):
+        out[-1] = {**last, "content": f"{last['content']}\n\n{text}"}
+    else:
+        out.append({"role": "user", "content": text})
 
 
 def _tool_calls(raw: Any, quote: Callable[[str], str]) -> list[ToolCall]:
@@ -77,6 +152,18 @@ def _usage(data: dict[str, Any]) -> tuple[int | None, int | None]:
     if not isinstance(usage, dict):
         return None, None
     return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+
+
+def _cached(data: dict[str, Any]) -> int | None:
+    """Prompt tokens served from the server's cache: OpenAI/vLLM usage details, llama.cpp timings."""
+    usage = data.get("usage")
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    if isinstance(details, dict) and _count(details.get("cached_tokens")) is not None:
+        return _count(details.get("cached_tokens"))
+    timings = data.get("timings")
+    if isinstance(timings, dict):
+        return _count(timings.get("cache_n"))
+    return None
 
 
 def error_message(data: Any) -> str | None:
@@ -117,7 +204,7 @@ def parse_body(text: str, quote: Callable[[str], str] = _excerpt) -> Reply:
         )
     tokens_in, tokens_out = _usage(data)
     finish = str(choice.get("finish_reason") or "stop")
-    return Reply(content, tokens_in, tokens_out, finish, calls)
+    return Reply(content, tokens_in, tokens_out, finish, calls, _cached(data))
 
 
 def parse_stream(
@@ -126,7 +213,7 @@ def parse_stream(
     """A streamed reply: `data:` events until `[DONE]`, each text delta passed to on_piece."""
     parts: list[str] = []
     calls: dict[int, dict[str, Any]] = {}  # index -> {id, name, arguments pieces}
-    tokens_in = tokens_out = None
+    tokens_in = tokens_out = cached = None
     finish: str | None = None
     done = False
     for line in lines:
@@ -148,6 +235,8 @@ def parse_stream(
         got_in, got_out = _usage(event)
         tokens_in = got_in if got_in is not None else tokens_in
         tokens_out = got_out if got_out is not None else tokens_out
+        got_cached = _cached(event)
+        cached = got_cached if got_cached is not None else cached
         for choice in event.get("choices") or []:
             if not isinstance(choice, dict):
                 raise ModelProviderError(f"malformed stream choice: {quote(payload)}")
@@ -169,7 +258,7 @@ def parse_stream(
         ],
         quote,
     )
-    return Reply("".join(parts), tokens_in, tokens_out, str(finish or "stop"), tool_calls)
+    return Reply("".join(parts), tokens_in, tokens_out, str(finish or "stop"), tool_calls, cached)
 
 
 def _stream_calls(

@@ -32,6 +32,10 @@ def make(chat_server, monkeypatch):
             timeout_seconds=kw.pop("timeout", 5.0),
             max_retries=kw.pop("retries", 2),
             headers=kw.pop("headers", {}),
+            # These tests pin the non-streamed exchange; the default (streamed) has its own.
+            stream=kw.pop("stream", False),
+            structured_output=kw.pop("structured_output", "json_schema"),
+            later_system=kw.pop("later_system", "user"),
         )
         p = OpenAIProvider(cfg, sleep=delays.append, rng=random.Random(7), count_tokens=len, **kw)
         made.append(p)
