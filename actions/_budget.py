@@ -8,8 +8,11 @@ policy's segments (runtime/context/policy.py), compacts the conversation thread 
 
 Segments: each user part's value (each evidence block on its own) is summarisable
 unless the part says `summarizable: false` or reads `question`; history and thread
-turns are summarisable when they are the model's (`assistant`) or a tool's; system and
-user turns never are. The user message is segmented only when re-rendering it part by
+turns are summarisable when they are the model's (`assistant`) or a tool's; system turns
+never are, nor the user turns of `conversation_history` (what the person asked). The user
+turns of a `full` thread are the prompts earlier steps assembled (their evidence and all):
+they are summarisable like the model's turns, so a thread that validates clean under a
+policy cannot overflow on the whole user messages it keeps (docs/fidelity.md). The user message is segmented only when re-rendering it part by
 part gives exactly the assembled text, so a change in assembly can never make the
 policy send something else: otherwise it is one segment that is not summarisable.
 
@@ -91,9 +94,15 @@ def _block_pieces(sid: str, block: str, summarizable: bool, kind: str | None) ->
 
 
 def prompt_of(
-    ctx: StepContext, messages: list[dict[str, Any]], user: list[str | pol.Segment]
+    ctx: StepContext,
+    messages: list[dict[str, Any]],
+    user: list[str | pol.Segment],
+    thread_turns: int = 0,
 ) -> list[pol.PromptMessage]:
-    """The assembled messages as policy messages (see the module doc for what is segmented)."""
+    """The assembled messages as policy messages (see the module doc for what is segmented).
+
+    thread_turns: how many of the first messages are a `full` thread's history.
+    """
     out: list[pol.PromptMessage] = []
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
     for i, m in enumerate(messages):
@@ -104,7 +113,7 @@ def prompt_of(
                 out.append(built)
                 continue
         role = m["role"]
-        summarizable = role in SUMMARISABLE_ROLES
+        summarizable = role in SUMMARISABLE_ROLES or (role == "user" and i < thread_turns)
         out.append(pol.PromptMessage(role, [pol.Segment(f"{role}[{i}]", content, summarizable)]))
     return out
 
@@ -133,7 +142,9 @@ def stage(
     margin = config.token_margin  # the tokenizer may not be the model's (docs/models.md)
     profile = pol.model_profile(config.name, config.context_window, reserve, cfg, margin)
     counter = ctx.services.tokens_for(config)
-    prompt = prompt_of(ctx, messages, user_pieces(ctx, render, note, escape) if cfg.enabled else [])
+    turns = len(ctx.thread(thread)) if thread else 0
+    user = user_pieces(ctx, render, note, escape) if cfg.enabled else []
+    prompt = prompt_of(ctx, messages, user, turns)
     store = store_of(ctx) if cfg.enabled else None
     if store is not None and cfg.trace_threshold_tokens and not cfg.dry_run:
         _compact(ctx, prompt, cfg, counter, store, overhead, thread or "conversation_history")
