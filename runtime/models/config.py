@@ -219,8 +219,9 @@ def config_from_settings(name: str, raw: Any, *, base_dir: str | None = None) ->
 def check_tokenizer(value: Any, provider: str, where: str, base_dir: str | None) -> str:
     """A model's tokenizer: a tiktoken encoding, `server` (openai models) or `hf:PATH`.
 
-    A relative PATH resolves against base_dir (None: the working directory) and must name
-    a file; the file is read when a count is first needed (TOKENIZER_UNAVAILABLE then).
+    A relative PATH resolves against base_dir and must name a file (without a base_dir,
+    as in a step's own check of its model, it is kept as written and read from the working
+    directory); the file is read when a count is first needed (TOKENIZER_UNAVAILABLE then).
     """
     from runtime.context.tokens import ENCODINGS
 
@@ -236,7 +237,9 @@ def check_tokenizer(value: Any, provider: str, where: str, base_dir: str | None)
         path = Path(value[len("hf:") :].strip())
         if not path.name:
             raise _invalid(where, "tokenizer hf: needs the path of a tokenizer.json")
-        if not path.is_absolute() and base_dir:
+        if not path.is_absolute():
+            if not base_dir:
+                return f"hf:{path}"
             path = Path(base_dir) / path
         path = path.absolute()
         if not path.is_file():
@@ -264,7 +267,9 @@ def _adhoc_counting(where: str, spec_dir: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     tokenizer = environment().get(TOKENIZER_ENV)
     if tokenizer is not None:
-        out["tokenizer"] = check_tokenizer(tokenizer, "openai", f"${TOKENIZER_ENV}", spec_dir)
+        out["tokenizer"] = check_tokenizer(
+            tokenizer, "openai", f"${TOKENIZER_ENV}", spec_dir or os.getcwd()
+        )
     margin = environment().get(TOKEN_MARGIN_ENV)
     if margin is not None:
         try:

@@ -148,3 +148,37 @@ def test_validate_refuses_a_missing_tokenizer_file_at_the_models_entry(tmp_path)
 def test_validate_refuses_a_bad_tokenizer_or_margin(tmp_path, entry):
     found = _validate(tmp_path, "{provider: openai, model: m, " + entry + "}")
     assert [line for line, _, _ in found] == [4]
+
+
+@pytest.mark.parametrize("tokenizer", ["server", "hf:tok.json"])
+def test_static_budgets_of_a_model_with_its_own_tokenizer(tmp_path, tokenizer):
+    """validate and `runtime budget` never ask the server (cl100k_base estimates its counts,
+    and the report says so); an hf: tokenizer counts with the file."""
+    from tokenizers import Tokenizer, models
+
+    Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")).save(str(tmp_path / "tok.json"))
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "sys.md").write_text("You answer.\n")
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "settings:\n"
+        "  entry_step_id: m\n"
+        "  models:\n"
+        "    local: {provider: openai, model: m, base_url: 'http://127.0.0.1:9/v1', "
+        f"tokenizer: '{tokenizer}', context_window: 100}}\n"
+        "inputs: {question: {type: string, maxLength: 10}}\n"
+        "steps:\n"
+        "  - {id: m, action: call_model, prompt_key: sys, model: local, max_output_tokens: 99,\n"
+        "     user_parts: {q: {source: question}}, next: end}\n"
+        "  - {id: end, action: finalize, source: answer}\n"
+    )
+    report = runtime.validate(str(path))
+    assert [d.code for d in report.diagnostics if d.severity == "error"] == ["BUDGET_IMPOSSIBLE"]
+    from click.testing import CliRunner
+
+    from runtime.cli import cli
+
+    out = CliRunner().invoke(cli, ["budget", str(path), "--json"])
+    [step] = json.loads(out.output)
+    label = "server (estimated with cl100k_base)" if tokenizer == "server" else "hf:"
+    assert step["tokenizer"].startswith(label) and step["status"] == "impossible"
