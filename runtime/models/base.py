@@ -33,7 +33,9 @@ class ModelConfig:
     # A fraction of the count kept free when the tokenizer is not the model's own: the
     # prompt budget is the largest count with count * (1 + token_margin) <= window - reserve.
     token_margin: float = 0.0
-    timeout_seconds: float = 60.0
+    # Per-read silence allowed (seconds); None: only deadline_seconds bounds a read, so a
+    # server still reading a long prompt before its first byte is not cut (issue 23).
+    timeout_seconds: float | None = None
     connect_timeout_seconds: float = 10.0
     # The whole of one HTTP request (connect, headers, body and stream together): the per-read
     # timeouts above never end a server that drips a byte at a time.

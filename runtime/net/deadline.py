@@ -56,16 +56,18 @@ class Deadline:
         """Seconds left (never below a millisecond: httpx treats 0 as no timeout)."""
         return max(0.001, self._ends - time.monotonic())
 
-    def timeout(self, read: float, connect: float) -> Any:
+    def timeout(self, read: float | None, connect: float) -> Any:
         """httpx timeouts for this request: connecting and waiting for the pool end by the deadline.
 
         Only those two: before a connection exists there is no socket for the timer to cut.
-        Reads and writes keep their own timeout, since the timer ends them at the deadline.
+        Reads and writes keep their own timeout (None: none), since the timer ends them at the
+        deadline.
         """
         import httpx
 
         left = self.remaining()
-        return httpx.Timeout(read, connect=min(connect, left), pool=min(read, left))
+        pool = left if read is None else min(read, left)
+        return httpx.Timeout(read, connect=min(connect, left), pool=pool)
 
     def extensions(self) -> dict[str, Any]:
         """The request extensions that let the deadline see the connection's socket."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -132,8 +133,10 @@ class StrictServer:
     """llama.cpp-like: streams SSE with usage and cache counts, refuses a system message that
     is not first (as strict chat templates do), fails the first `fail` requests with 503."""
 
-    def __init__(self, reply: str, *, fail: int = 0, finish: str = "stop") -> None:
-        self.reply, self.fail, self.finish = reply, fail, finish
+    def __init__(
+        self, reply: str, *, fail: int = 0, finish: str = "stop", think: float = 0.0
+    ) -> None:
+        self.reply, self.fail, self.finish, self.think = reply, fail, finish, think
         self.bodies: list[dict[str, Any]] = []
         server = self
 
@@ -158,6 +161,7 @@ class StrictServer:
                     self.end_headers()
                     self.wfile.write(data)
                     return
+                time.sleep(server.think)  # reading the prompt: not a byte before the reply
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
@@ -177,6 +181,8 @@ class StrictServer:
                 self.wfile.write(b"data: [DONE]\n\n")
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # A client that gave up (the timeout test) leaves a broken pipe: expected, not news.
+        self.httpd.handle_error = lambda *args: None  # type: ignore[method-assign]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
@@ -281,3 +287,16 @@ def test_provider_options_are_validated_in_settings():
         assert info.value.code == "MODEL_CONFIG_INVALID" and next(iter(bad)) in info.value.message
     with pytest.raises(ModelError):
         config_from_settings("x", {"provider": "extractive", "structured_output": "none"})
+
+
+def test_a_server_silent_while_it_reads_the_prompt_is_bounded_by_the_deadline_only(strict):
+    server = strict(reply="a long answer", think=1.0)
+    assert ModelConfig("x", "openai").timeout_seconds is None  # no per-read cap by default
+    r = provider(server.url, deadline_seconds=5.0).complete(json_request())
+    assert r.text == "a long answer"
+    # A per-read timeout, when one is set, still ends the wait (and is retried, then coded).
+    with pytest.raises(ModelError) as info:
+        provider(server.url, deadline_seconds=5.0, timeout_seconds=0.3, max_retries=0).complete(
+            json_request()
+        )
+    assert info.value.code == "MODEL_TIMEOUT"
