@@ -1,8 +1,10 @@
 """The boundary where model replies and errors leave the model layer: secrets scrubbed.
 
 Every provider `resolve_provider` builds is wrapped in `ScrubbingProvider`, so what a
-run stores, records and prints of a model call (the reply text, each streamed piece,
-an error's message) never holds a configured secret, whichever provider answered: a
+run stores, records and prints of a model call (the reply text, each streamed piece, the
+model name and finish reason, each tool call's id, name and arguments, an error's
+message, hint and details) never holds a configured secret in any form the scrubber
+knows (`runtime.net.secrets`), whichever provider answered: a
 live server that echoes the key it was sent, or a cassette recorded before the key was
 scrubbed. The secrets are the values of every `api_key_env` in `settings.models`, the
 chosen model's, and `OPENAI_API_KEY`, read at each call (a rotated key is scrubbed too).
@@ -21,6 +23,7 @@ from runtime.models.base import (
     ModelProvider,
     ModelRequest,
     ModelResponse,
+    ToolCall,
 )
 from runtime.net.secrets import DEFAULT_KEY_ENV, Scrubber, env_secrets
 
@@ -42,6 +45,28 @@ def key_variables(settings: Mapping[str, Any], config: ModelConfig | None = None
 def scrubber_for(settings: Mapping[str, Any], config: ModelConfig | None = None) -> Scrubber:
     """A scrubber holding the current values of every configured key."""
     return Scrubber(env_secrets(key_variables(settings, config)))
+
+
+def scrubbed(response: ModelResponse, scrub: Scrubber) -> ModelResponse:
+    """response with every string in it scrubbed, in fields and lists alike (counts are ints).
+
+    A tool call's id, name and raw JSON arguments are scrubbed as text: the scrubber knows
+    every JSON escape of every character (docs/guarantees.md), so the arguments a tool
+    decodes hold no secret either.
+    """
+    changes: dict[str, Any] = {}
+    for field in dataclasses.fields(response):
+        value = getattr(response, field.name)
+        if field.name == "tool_calls":
+            changes[field.name] = [
+                ToolCall(scrub.text(c.id), scrub.text(c.name), scrub.text(c.arguments))
+                for c in value
+            ]
+        elif isinstance(value, str):
+            changes[field.name] = scrub.text(value)
+        elif isinstance(value, dict | list):  # anything a provider added, e.g. retry reasons
+            changes[field.name] = scrub.data(value)
+    return dataclasses.replace(response, **changes)
 
 
 class ScrubbingProvider:
@@ -69,25 +94,17 @@ class ScrubbingProvider:
             )
         except StepRuntimeError as exc:
             if scrub:
-                # Scrubbed in place: the error keeps its class, code, details and cause.
+                # Scrubbed in place: the error keeps its class, code and cause.
                 exc.message = scrub.text(exc.message)
                 exc.args = (exc.message,)
+                exc.hint = scrub.text(exc.hint) if exc.hint else exc.hint
+                exc.details = scrub.data(exc.details)
             raise
         if pieces is not None:
             pieces.flush()
         if not scrub:
             return response
-        return dataclasses.replace(
-            response,
-            text=scrub.text(response.text),
-            model=scrub.text(response.model),
-            finish_reason=scrub.text(response.finish_reason),
-            # A model may echo a key into a tool's arguments as well as into its text.
-            tool_calls=[
-                dataclasses.replace(c, arguments=scrub.text(c.arguments))
-                for c in response.tool_calls
-            ],
-        )
+        return scrubbed(response, scrub)
 
     def close(self) -> None:
         """Close the wrapped provider when it holds connections."""
