@@ -171,6 +171,18 @@ class TokenizeServer:
                 )
                 if hang:
                     server.release.wait(10)
+                if self.path == "/v1/chat/completions":
+                    answer = {
+                        "choices": [
+                            {
+                                "message": {"role": "assistant", "content": "ok"},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+                    }
+                    self._send(answer)
+                    return
                 if missing or self.path not in ("/tokenize", "/detokenize"):
                     self.send_response(404)
                     self.end_headers()
@@ -180,6 +192,9 @@ class TokenizeServer:
                     answer: dict[str, Any] = {"tokens": ids}
                 else:
                     answer = {"content": tok.decode(body["tokens"])}
+                self._send(answer)
+
+            def _send(self, answer: dict[str, Any]) -> None:
                 payload = json.dumps(answer).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -199,6 +214,9 @@ class TokenizeServer:
         self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def chats(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if r["path"] == "/v1/chat/completions"]
 
     def sent(self, path: str = "/tokenize") -> list[str]:
         return [r["content"] for r in self.requests if r["path"] == path]
@@ -299,3 +317,59 @@ def test_services_resolve_server_through_the_models_config(serve, tok_file):
     with pytest.raises(TokenizerError) as exc:
         services.tokens_for(replay)
     assert "RUNTIME_TOKENIZER" in exc.value.hint
+
+
+# --- through a run ----------------------------------------------------------------------
+
+
+def run_against(server: TokenizeServer, root: Path, window: int, tokenizer: str = "server"):
+    import runtime
+
+    entry = {"provider": "openai", "model": "m", "base_url": server.url}
+    settings = {
+        "entry_step_id": "m",
+        "models": {"local": {**entry, "tokenizer": tokenizer, "context_window": window}},
+    }
+    step = {
+        "id": "m",
+        "action": "call_model",
+        "prompt_key": "sys",
+        "model": "local",
+        "max_output_tokens": 30,
+        "user_parts": {"q": {"source": "question"}},
+        "next": "end",
+    }
+    data = {"settings": settings, "steps": [step, {"id": "end", "action": "finalize"}]}
+    pipeline = runtime.Pipeline.from_dict(data, file=str(root / "p.yaml"))
+    services = runtime.Services(settings=settings, base_dir=str(root))
+    question = "Größenordnung der Bestellung: 東京都の注文テーブル, and who calls it?"
+    return runtime.Runner(pipeline, services=services).run({"question": question}, run_id="t")
+
+
+def test_a_run_counts_its_prompt_with_the_servers_tokenizer(serve, tok_file, tmp_path):
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "sys.md").write_text("You answer from evidence.\n")
+    server = serve()
+    r = run_against(server, tmp_path, 10_000)
+    assert r.status == "completed"
+    [chat] = server.chats()
+    counted = sum(len(own(tok_file, m["content"])) + 4 for m in chat["messages"])
+    cl100k = sum(get_counter().count(m["content"]) + 4 for m in chat["messages"])
+    assert counted != cl100k  # the prompt tells the two tokenizers apart
+    [decision] = [e for e in r.events if e["type"] == "CONTEXT_BUDGET_DECISION"]
+    assert (decision["prompt_tokens"], decision["tokenizer"]) == (counted, "server")
+    sent = server.sent()
+    assert len(sent) == len(set(sent))
+    # The window check holds with the server's count: at the limit it runs, one under not.
+    assert run_against(server, tmp_path, counted + 30).status == "completed"
+    r = run_against(server, tmp_path, counted + 29)
+    assert r.error.code == "CONTEXT_OVERFLOW" and len(server.chats()) == 2
+
+
+def test_a_run_on_a_server_without_tokenize_fails_with_the_url(serve, tmp_path):
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "sys.md").write_text("You answer.\n")
+    server = serve(missing=True)
+    r = run_against(server, tmp_path, 10_000)
+    assert (r.error.code, r.error.step_id) == ("TOKENIZER_UNAVAILABLE", "m")
+    assert "/tokenize" in r.error.message and server.chats() == []
