@@ -119,7 +119,7 @@ def test_record_then_replay_gives_the_same_run(runner, index, tmp_path):
         )
     recorded = [json.loads(x)["request"]["messages"] for x in cassette.read_text().splitlines()]
     sent = [e["messages"] for e in traces[1] if e["type"] == "MODEL_CALL"]
-    assert sent == recorded and sent[0][0]["content"].startswith("## Run context\n")
+    assert sent == recorded and "\n\n## Run context\n" in sent[0][0]["content"]
     assert traces[0][1:] == traces[1][1:]
 
 

@@ -131,11 +131,11 @@ def test_small_talk_is_answered_directly_without_retrieval(runner, tmp_path, cha
     assert len(chat_server.requests) == 2
     direct = chat_server.requests[1]["body"]["messages"]
     system = (ROOT / "pipelines" / "prompts" / "code_qa" / "direct.md").read_text().strip()
-    # A fresh conversation in the default fidelity (compact): the run's preamble, a blank
-    # line, then the prompt file (docs/fidelity.md; its content is tested in test_fidelity.py).
-    preamble, _, prompt = direct[0]["content"].rpartition("\n\n")
-    assert prompt == system and preamble.startswith("## Run context\n- pipeline: code_qa\n")
-    assert "\n- current step: answer_direct (step 4; " in preamble
+    # A fresh conversation in the default fidelity (compact): the prompt file, a blank line,
+    # then the run's preamble (docs/fidelity.md; its content is tested in test_fidelity.py).
+    prompt, _, preamble = direct[0]["content"].partition("\n\n## Run context\n")
+    assert prompt == system and preamble.startswith("- pipeline: code_qa (")
+    assert preamble.endswith("\n- current step: answer_direct (step 4)")
     assert direct[1:] == [
         *history,
         {"role": "user", "content": "Thanks, who are you?"},

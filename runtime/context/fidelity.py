@@ -41,6 +41,8 @@ _SECRET_NAME = re.compile(r"(?i)(^|_)(secret|password|passwd|api_?key|token|cred
 # How many of a variable's tokens each mode shows, and how many history notes per step.
 _VALUE_TOKENS = {"compact": 40, "summary:low": 0, "summary:medium": 80, "summary:high": 160}
 _NOTE_CHARS = 160
+_GOAL_CHARS = 400  # the goal (the pipeline's description) is shown up to this many characters
+_GOAL_CUT = "…"  # ends a goal cut to fit a small budget
 # Durations shorter than this are not shown: an offline replay's prompts stay byte-identical
 # (a step that takes seconds is a live model call, whose reply differs between runs anyway).
 _SHOWN_DURATION_MS = 2000
@@ -198,7 +200,12 @@ class HistoryLog:
 
 @dataclass(frozen=True)
 class RunView:
-    """What a preamble is built from (a pure function of this, the mode and the counter)."""
+    """What a preamble is built from (a pure function of this, the mode and the counter).
+
+    `inputs`: the run's input names (declared, or as given when the pipeline declares
+    none). A preamble shows only those `include` names, and only while no step has
+    written them (`written`): a step's writes may come from retrieval or a model.
+    """
 
     pipeline: str
     goal: str
@@ -210,6 +217,7 @@ class RunView:
     written: Sequence[str]  # names written by completed steps, oldest write first
     include: Sequence[str] | None = None
     exclude: Sequence[str] = ()
+    inputs: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -228,16 +236,25 @@ class Preamble:
 
 
 def shown_variables(view: RunView) -> list[str]:
-    """Names a preamble may show, most recently written first: never secrets nor engine-owned."""
-    names = view.include if view.include is not None else list(reversed(view.written))
-    if view.include is not None:  # include lists in its own order, newest write first
-        order = {n: i for i, n in enumerate(view.written)}
-        names = sorted(names, key=lambda n: -order.get(n, -1))
+    """Names a preamble may show, in the `include` list's order: the run's inputs it names
+    that no step has written, never secrets nor engine-owned; none without the list.
+
+    A preamble is in the system role: only the run's metadata and what the author chose
+    belong there. Nothing a step wrote is shown (search hits, node text, debug data, model
+    replies, a copy of any of them), nor an input the author did not name (an input is the
+    caller's text, and may hold model output: a chat history's replies). docs/fidelity.md.
+    """
+    if view.include is None:
+        return []
+    written = set(view.written)
+    inputs = set(view.inputs)
     excluded = set(view.exclude)
     return [
         n
-        for n in names
-        if n in view.variables
+        for n in dict.fromkeys(view.include)
+        if n in inputs
+        and n not in written
+        and n in view.variables
         and n not in excluded
         and n not in ENGINE_OWNED
         and not _SECRET_NAME.search(n)
@@ -281,6 +298,28 @@ def _shorten(
     return head + marker, True, room + marked
 
 
+def _goal(view: RunView) -> str:
+    return excerpt(view.goal, _GOAL_CHARS) if view.goal else ""
+
+
+def _head(view: RunView, goal: str) -> list[str]:
+    """What is the same for every run and step of a pipeline: a server's prefix cache
+    reuses it (with the system prompt before it) from one run to the next."""
+    return [
+        "## Run context",
+        f"- pipeline: {view.pipeline} ({view.total_steps} steps)",
+        f"- goal: {goal}" if goal else "- goal: (none given)",
+    ]
+
+
+def _now(view: RunView) -> list[str]:
+    """What changes per run and step, at the end: the run and the step it is at."""
+    return [
+        f"- run: {view.run_id}",
+        f"- current step: {view.step_id} (step {len(view.history) + 1})",
+    ]
+
+
 def build_preamble(
     mode: str,
     view: RunView,
@@ -290,24 +329,17 @@ def build_preamble(
 ) -> Preamble:
     """The markdown preamble of a fresh conversation in `mode`, within its token budget.
 
-    Over budget, the oldest history entries go first (the most recent are kept); the
-    variables section takes at most half the budget and shows the most recently written
-    first; a value longer than the mode allows is shortened with a visible marker.
+    Stable first (pipeline, goal), then the run's inputs, the completed steps, and last the
+    run id and current step. Over budget, the oldest history entries go first (the most
+    recent are kept), then the goal is cut; the run id and the current step are always
+    kept. The variables section takes at most half the budget; a value longer than the
+    mode allows is shortened with a visible marker.
     """
     if mode not in BUDGETS:
         raise ValueError(f"no preamble for fidelity {mode!r}")
     limit = BUDGETS[mode] if budget is None else budget
-    n = len(view.history) + 1
-    head = [
-        "## Run context",
-        f"- pipeline: {view.pipeline}",
-        f"- goal: {excerpt(view.goal, 400)}" if view.goal else "- goal: (none given)",
-        f"- run: {view.run_id}",
-        f"- current step: {view.step_id} (step {n}; the pipeline has {view.total_steps} steps)",
-    ]
     if mode == "truncate":
-        text = scrub("\n".join(head))
-        return _fit_whole(mode, text, limit, counter, len(view.history))
+        return _truncate(view, limit, counter, scrub)
     if mode == "summary:low":
         return _low(view, limit, counter, scrub)
     cap = _VALUE_TOKENS[mode]
@@ -341,15 +373,12 @@ def build_preamble(
     if mode == "summary:high":
         if var_lines:
             var_lines[-1] = var_lines[-1].rstrip(",")
-        var_lines = ["### Variables", "```json", "{", *var_lines, "}", "```"]
+            var_lines = ["### Inputs", "```json", "{", *var_lines, "}", "```"]
     else:
-        title = "### Key variables" if mode == "compact" else "### Active variables"
-        var_lines = [title, *var_lines] if var_lines else []
+        var_lines = ["### Inputs", *var_lines] if var_lines else []
     if hidden:
-        var_lines.append(f"- ({hidden} more variables not shown)")
-    return _fit(
-        mode, head, var_lines, used + 12, limit, counter, view, scrub, tuple(shortened), hidden
-    )
+        var_lines.append(f"- ({hidden} more inputs not shown)")
+    return _fit(mode, var_lines, used + 12, limit, counter, view, scrub, tuple(shortened), hidden)
 
 
 def _json_value(
@@ -364,26 +393,27 @@ def _json_value(
     return json.dumps(short, ensure_ascii=False), True, tokens + 2
 
 
-def _entry(mode: str, r: StepRecord, scrub: Callable[[str], str]) -> str:
-    """One history entry in the mode's shape."""
+def _entry(mode: str, r: StepRecord) -> str:
+    """One history entry in the mode's shape: step names, actions and outcomes.
+
+    Never the notes (model replies, caught errors' messages): they may quote retrieved
+    text or model output, which stays out of the system role.
+    """
     if mode == "compact":
         return f"- {r.n}. {r.step_id}: {r.outcome}"
-    note = f" — {scrub(r.notes[-1])}" if r.notes else ""
     if mode == "summary:medium":
-        return f"- {r.n}. {r.step_id} ({r.action}): {r.outcome}{note}"
+        return f"- {r.n}. {r.step_id} ({r.action}): {r.outcome}"
     extra = []
     if r.duration_ms >= _SHOWN_DURATION_MS:
         extra.append(f"{round(r.duration_ms / 1000)} s")
     if r.attempts > 1:
         extra.append(f"{r.attempts} attempts")
-    notes = "".join(f"\n  - note: {scrub(t)}" for t in r.notes)
     detail = f" [{', '.join(extra)}]" if extra else ""
-    return f"- {r.n}. {r.step_id} ({r.action}){detail}: {r.outcome}{notes}"
+    return f"- {r.n}. {r.step_id} ({r.action}){detail}: {r.outcome}"
 
 
 def _fit(
     mode: str,
-    head: list[str],
     var_lines: list[str],
     var_tokens: int,
     limit: int,
@@ -399,18 +429,21 @@ def _fit(
         "summary:medium": "### Recent steps",
         "summary:high": "### History",
     }
+    goal = _goal(view)
+    head = [scrub(line) for line in _head(view, goal)]
+    now = ["### Now"]
     if mode == "summary:high":
         used_actions: dict[str, int] = {}
         for r in view.history:
             used_actions[r.action] = used_actions.get(r.action, 0) + 1
         actions = ", ".join(f"{a} x{c}" for a, c in used_actions.items())
-        head = [*head, f"- actions used: {actions or 'none'}"]
+        now.append(f"- actions used: {actions or 'none'}")
     if mode == "summary:medium":
-        done = len(view.history)
-        head = [*head, f"- progress: {done} steps completed"]
+        now.append(f"- progress: {len(view.history)} steps completed")
+    now = [scrub(line) for line in [*now, *_now(view)]]
     # The variable lines were counted one by one (var_tokens: with their titles and joints);
     # the exact count of the whole text below corrects any difference.
-    fixed = counter.count("\n".join(head)) + var_tokens + 4
+    fixed = counter.count("\n".join([*head, *now])) + var_tokens + 4
     room = limit - fixed
     kept: list[str] = []
     # Newest first, each entry rendered and counted on its own until the room is used: a
@@ -419,7 +452,7 @@ def _fit(
     # the sum of its lines' (see _joined), so no entry is encoded twice.
     costs: dict[str, int] = {}
     for record in reversed(view.history):
-        line = _entry(mode, record, scrub)
+        line = scrub(_entry(mode, record))
         cost = costs[line] = counter.count(line + "\n")
         if cost > room:
             break
@@ -434,7 +467,7 @@ def _fit(
         section = [titles[mode]] if total else []
         if dropped:
             section.append(f"- ({dropped} earlier steps not shown)")
-        units = [*head, *section, *reversed(kept), *var_unit]
+        units = [*head, *var_unit, *section, *reversed(kept), *now]
         return "\n".join(units), _joined(units, costs, counter, last)
 
     text, tokens = render()
@@ -444,22 +477,26 @@ def _fit(
     # The estimates bound from above (a shortened value counts its whole room): while the
     # exact count leaves room, older entries are added back one at a time.
     while tokens < limit and len(kept) < total:
-        kept.append(_entry(mode, view.history[total - len(kept) - 1], scrub))
+        kept.append(scrub(_entry(mode, view.history[total - len(kept) - 1])))
         more, n = render()
         if n > limit:
             kept.pop()
             break
         text, tokens = more, n
-    kept_lines = kept
-    if tokens > limit:  # head and variables alone over a tiny budget: cut, visibly
-        return _fit_whole(mode, text, limit, counter, len(view.history))
+    if tokens > limit:  # head, variables and the step alone over a small budget
+        units = [
+            *var_unit,
+            *([titles[mode], f"- ({total} earlier steps not shown)"] if total else []),
+        ]
+        rest = "\n".join([*units, *now])
+        return _cut_goal(mode, goal, rest, limit, counter, view, scrub)
     return Preamble(
         mode,
         text,
         tokens,
         limit,
-        len(kept_lines),
-        total - len(kept_lines),
+        len(kept),
+        total - len(kept),
         len([v for v in var_lines if v.startswith(("- `", '  "'))]),
         hidden,
         shortened,
@@ -490,16 +527,80 @@ def _joined(units: list[str], known: dict[str, int], counter: Counter, last: dic
     return total + end
 
 
+def _cut_goal(
+    mode: str,
+    goal: str,
+    rest: str,
+    limit: int,
+    counter: Counter,
+    view: RunView,
+    scrub: Callable[[str], str],
+) -> Preamble:
+    """The head with its goal cut to fit beside `rest` (what follows the head, the run id and
+    current step last): the description goes before anything else. When even no goal does
+    not fit, the text is cut from the end of its middle, the last two lines kept."""
+
+    def render(g: str) -> str:
+        return "\n".join([*(scrub(line) for line in _head(view, g)), rest])
+
+    return _shrink_goal(mode, goal, render, limit, counter, len(view.history), keep=2)
+
+
+def _shrink_goal(
+    mode: str,
+    goal: str,
+    render: Callable[[str], str],
+    limit: int,
+    counter: Counter,
+    steps: int,
+    keep: int,
+) -> Preamble:
+    """The longest prefix of the goal (marked with "…") whose rendering fits the limit."""
+    text = render(goal)
+    tokens = counter.count(text)
+    if tokens <= limit:
+        return Preamble(mode, text, tokens, limit, 0, steps, 0, 0, ())
+    low, high = 0, counter.count(goal)  # goal tokens kept: low fits (or is 0), high does not
+    best = render(_GOAL_CUT)
+    while high - low > 1:
+        mid = (low + high) // 2
+        candidate = render(counter.truncate(goal, mid).rstrip() + _GOAL_CUT)
+        if counter.count(candidate) <= limit:
+            low, best = mid, candidate
+        else:
+            high = mid
+    tokens = counter.count(best)
+    if tokens <= limit:
+        return Preamble(mode, best, tokens, limit, 0, steps, 0, 0, ())
+    return _fit_whole(mode, best, limit, counter, steps, keep)
+
+
+def _truncate(view: RunView, limit: int, counter: Counter, scrub: Callable[[str], str]) -> Preamble:
+    """truncate: pipeline, goal, run id and current step; the goal is cut first."""
+    goal = _goal(view)
+    rest = "\n".join(scrub(line) for line in _now(view))
+
+    def render(g: str) -> str:
+        return "\n".join([*(scrub(line) for line in _head(view, g)), rest])
+
+    return _shrink_goal("truncate", goal, render, limit, counter, len(view.history), keep=2)
+
+
 def _low(view: RunView, limit: int, counter: Counter, scrub: Callable[[str], str]) -> Preamble:
-    """summary:low: one paragraph; the oldest completed step names go first."""
+    """summary:low: one paragraph; the oldest completed step names go first, then the goal."""
     n = len(view.history) + 1
     last = view.history[-1] if view.history else None
-    goal = excerpt(view.goal, 400).rstrip(".") if view.goal else "none given"
-    start = (
-        f"## Run context\nStep {n} of pipeline {view.pipeline} ({view.total_steps} steps), "
-        f"run {view.run_id}, now at {view.step_id}. Goal: {goal}."
-    )
-    end = f" Last outcome: {last.step_id} {last.outcome}." if last else " No step has completed."
+    goal = _goal(view).rstrip(".")
+
+    def opening(g: str) -> str:
+        return (
+            f"## Run context\nPipeline {view.pipeline} ({view.total_steps} steps). "
+            f"Goal: {g or 'none given'}."
+        )
+
+    start = opening(goal)
+    done = f" Last outcome: {last.step_id} {last.outcome}." if last else " No step has completed."
+    end = f"{done}\nRun {view.run_id}, now at step {n}: {view.step_id}."
     names = [r.step_id for r in view.history]
     keep = len(names)
     room = limit - counter.count(scrub(start + end)) - 12
@@ -510,15 +611,18 @@ def _low(view: RunView, limit: int, counter: Counter, scrub: Callable[[str], str
             keep = len(names) - 1 - i
             break
 
-    def render(keep: int) -> tuple[str, int]:
+    def middle(keep: int) -> str:
         shown = names[len(names) - keep :] if keep else []
         if not names:
-            middle = ""
-        elif keep == len(names):
-            middle = f" Completed: {', '.join(shown)}."
-        else:
-            middle = f" Completed (last {keep} of {len(names)}): {', '.join(shown)}."
-        text = scrub(start + middle + end)
+            return ""
+        if not keep:
+            return f" Completed: {len(names)} steps."
+        if keep == len(names):
+            return f" Completed: {', '.join(shown)}."
+        return f" Completed (last {keep} of {len(names)}): {', '.join(shown)}."
+
+    def render(keep: int) -> tuple[str, int]:
+        text = scrub(start + middle(keep) + end)
         return text, counter.count(text)
 
     text, tokens = render(keep)
@@ -536,28 +640,54 @@ def _low(view: RunView, limit: int, counter: Counter, scrub: Callable[[str], str
         if n > limit:
             break
         keep, text, tokens = keep + 1, more, n
-    if tokens > limit:
-        return _fit_whole("summary:low", text, limit, counter, len(names))
+    if tokens > limit:  # no name left: the goal is cut, then the middle of the text
+        rest = scrub(middle(0) + end)
+        cut = _shrink_goal(
+            "summary:low", goal, lambda g: scrub(opening(g)) + rest, limit, counter, len(names), 1
+        )
+        return cut
     return Preamble("summary:low", text, tokens, limit, keep, len(names) - keep, 0, 0, ())
 
 
-def _fit_whole(mode: str, text: str, limit: int, counter: Counter, steps: int) -> Preamble:
-    """A preamble with no history: the text itself cut to the budget with a marker if over."""
+def _fit_whole(
+    mode: str, text: str, limit: int, counter: Counter, steps: int, keep: int = 0
+) -> Preamble:
+    """A preamble with no history: the text cut to the budget with a marker if over.
+
+    `keep`: that many last lines (the run id and current step) stay whole after the marker
+    when they fit; what is cut is the text before them.
+    """
     tokens = counter.count(text)
     if tokens > limit:
         marker = "\n… [preamble shortened to its budget]"
-        text = counter.truncate(text, max(0, limit - counter.count(marker))) + marker
+        lines = text.split("\n")
+        tail = "\n" + "\n".join(lines[len(lines) - keep :]) if 0 < keep < len(lines) else ""
+        body = text[: len(text) - len(tail)] if tail else text
+        end = marker + tail
+        if counter.count(end) > limit:
+            body, end = text, marker
+        room = max(0, limit - counter.count(end))
+        text = counter.truncate(body, room) + end
         tokens = counter.count(text)
-        while tokens > limit and text:  # a marker joined to a cut can merge differently
+        while tokens > limit and room > 0:  # a cut joined to the marker can merge differently
+            room -= 1
+            text = counter.truncate(body, room) + end
+            tokens = counter.count(text)
+        while tokens > limit and text:  # the marker alone over a tiny budget
             text = text[:-1]
             tokens = counter.count(text)
     return Preamble(mode, text, tokens, limit, 0, steps, 0, 0, ())
 
 
 def with_preamble(messages: list[dict[str, Any]], preamble: str) -> list[dict[str, Any]]:
-    """Messages whose first system prompt starts with the preamble (one is added if none)."""
+    """Messages whose first system prompt ends with the preamble (one is added if none).
+
+    The prompt file's text comes first: it is the same for every run of the step, so it
+    and the preamble's stable head form a prefix a server's cache reuses across runs.
+    """
     if messages and messages[0].get("role") == "system":
         first = dict(messages[0])
-        first["content"] = f"{preamble}\n\n{first.get('content') or ''}"
+        content = first.get("content") or ""
+        first["content"] = f"{content}\n\n{preamble}" if content else preamble
         return [first, *messages[1:]]
     return [{"role": "system", "content": preamble}, *messages]

@@ -614,7 +614,7 @@ def call(
 
 
 def system_prompt(tokenizer: str = "cl100k_base") -> str:
-    """The system message call() sends: step m's compact preamble, a blank line, then SYSTEM.
+    """The system message call() sends: SYSTEM, a blank line, then step m's compact preamble.
 
     Every fresh model call starts with its fidelity preamble (compact by default,
     docs/fidelity.md); m is the entry step of p.yaml's 2 steps, in run t, so its preamble is
@@ -622,7 +622,7 @@ def system_prompt(tokenizer: str = "cl100k_base") -> str:
     """
     view = fid.RunView("p", "", "t", "m", 2, history=(), variables={}, written=())
     preamble = fid.build_preamble("compact", view, get_counter(tokenizer))
-    return f"{preamble.text}\n\n{SYSTEM}"
+    return f"{SYSTEM}\n\n{preamble.text}"
 
 
 def prompt_tokens(*contents: str, tokenizer: str = "cl100k_base") -> int:
@@ -642,7 +642,7 @@ def test_prompt_plus_reserved_output_at_the_window(prompts, delta, fits, reserve
         [ev] = events(r, "MODEL_CALL")
         assert ev["prompt_tokens"] == prompt_tokens(system_prompt(), QUESTION)
         # The window the fixture sizes holds the preamble the trace reports.
-        preamble = system_prompt()[: -len(SYSTEM) - 2]
+        preamble = system_prompt()[len(SYSTEM) + 2 :]
         assert (ev["fidelity"], ev["preamble_tokens"]) == ("compact", COUNTER.count(preamble))
     else:
         assert (r.error.code, r.error.step_id) == ("CONTEXT_OVERFLOW", "m")

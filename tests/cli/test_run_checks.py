@@ -60,10 +60,10 @@ steps:
 
 SYSTEM = "You answer from evidence.\nLine two: <b>&amp;</b>"
 # What ask's model call sends as its system message (run q1): the default fidelity, compact,
-# starts a fresh conversation with the run's preamble (docs/fidelity.md), then the prompt file.
+# starts a fresh conversation: the prompt file, then the run's preamble (docs/fidelity.md).
 SENT_SYSTEM = (
-    "## Run context\n- pipeline: ask\n- goal: (none given)\n- run: q1\n"
-    "- current step: ask (step 1; the pipeline has 2 steps)\n\n" + SYSTEM
+    SYSTEM + "\n\n## Run context\n- pipeline: ask (2 steps)\n- goal: (none given)\n"
+    "### Now\n- run: q1\n- current step: ask (step 1)"
 )
 
 

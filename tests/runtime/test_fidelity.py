@@ -100,7 +100,11 @@ def history(n: int, rng: random.Random | None = None) -> list[fid.StepRecord]:
 
 
 def view(records, variables=None, written=None, **kw: Any) -> fid.RunView:
+    """A run whose variables are all inputs no step has written, all of them included in
+    preambles (unless said otherwise)."""
     variables = variables if variables is not None else {}
+    kw.setdefault("inputs", list(variables))
+    kw.setdefault("include", list(variables))
     return fid.RunView(
         pipeline="review_loop",
         goal="Fix the port parser.",
@@ -109,7 +113,7 @@ def view(records, variables=None, written=None, **kw: Any) -> fid.RunView:
         total_steps=10,
         history=records,
         variables=variables,
-        written=written if written is not None else list(variables),
+        written=written if written is not None else [],
         **kw,
     )
 
@@ -150,7 +154,7 @@ def test_budget_is_used_to_the_limit_not_far_under():
     # that wastes part of the budget).
     records = history(500)
     p = fid.build_preamble("summary:medium", view(records), COUNTER)
-    older = fid._entry("summary:medium", records[-p.steps_shown - 1], str)
+    older = fid._entry("summary:medium", records[-p.steps_shown - 1])
     assert p.steps_shown > 5
     assert p.tokens <= fid.BUDGETS["summary:medium"] < p.tokens + COUNTER.count(older)
 
@@ -194,6 +198,22 @@ def test_include_and_exclude_choose_the_variables():
     assert "`a`" in p.text and "`c`" in p.text and "`b`" not in p.text
 
 
+@pytest.mark.parametrize("mode", ["compact", "summary:medium", "summary:high"])
+def test_only_included_inputs_no_step_wrote_are_shown_in_include_order(mode):
+    variables = {"task": "fix it", "code": "x = 1", "node_texts": "hit", "answer": "draft"}
+    base = {"inputs": ["task", "code", "answer"], "written": ["answer", "node_texts"]}
+    everything = ["node_texts", "code", "answer", "task", "code"]
+    p = fid.build_preamble(mode, view([], variables, include=everything, **base), COUNTER)
+    # node_texts is no input, answer an input a step wrote since: neither is shown.
+    assert "hit" not in p.text and "draft" not in p.text
+    assert p.text.index("x = 1") < p.text.index("fix it")  # the include list's order
+    assert p.text.count("x = 1") == 1 and p.variables_shown == 2
+    # Without an include list a preamble shows no variable at all.
+    bare = fid.build_preamble(mode, view([], variables, include=None, **base), COUNTER)
+    assert not any(v in bare.text for v in variables.values()) and bare.variables_shown == 0
+    assert "### Inputs" not in bare.text
+
+
 def test_each_mode_shows_its_content():
     records = history(6)
     records[-1].attempts = 3
@@ -203,15 +223,18 @@ def test_each_mode_shows_its_content():
     t = {m: fid.build_preamble(m, view(records, variables), COUNTER).text for m in fid.BUDGETS}
     assert "- run: r1" in t["truncate"] and "step_5" not in t["truncate"]
     assert "### Completed steps" in t["compact"] and "`task`: fix it" in t["compact"]
-    assert "Step 7 of pipeline review_loop" in t["summary:low"]
+    assert "Pipeline review_loop (10 steps)" in t["summary:low"]
+    assert "Run r1, now at step 7: now." in t["summary:low"]
     assert (
         "Completed: step_0, step_1" in t["summary:low"]
         and "Last outcome: step_5" in t["summary:low"]
     )
-    assert "two problems" in t["summary:medium"] and "### Active variables" in t["summary:medium"]
+    assert "### Recent steps" in t["summary:medium"] and "### Inputs" in t["summary:medium"]
     high = t["summary:high"]
-    assert "[4 s, 3 attempts]" in high and "note: the review found two problems" in high
+    assert "[4 s, 3 attempts]" in high
     assert "- actions used:" in high and '"report": {"ok": true}' in high and "```json" in high
+    # A step's notes (its model replies, a caught error's message) are never in a preamble.
+    assert not any("two problems" in text for text in t.values())
 
 
 # --- the example pipeline, threads, resume ------------------------------------------------
@@ -246,10 +269,12 @@ def test_review_loop_uses_all_six_modes_and_one_thread(tmp_path):
     for c in calls.values():
         if c["fidelity"] != "full":
             assert c["preamble_tokens"] <= fid.BUDGETS[c["fidelity"]]
-            assert c["messages"][0]["content"].startswith("## Run context")
+            # The prompt file first (the same every run), then the preamble.
+            system = c["messages"][0]["content"]
+            assert "\n\n## Run context\n" in system and not system.startswith("## Run")
         else:
             assert c["preamble_tokens"] == 0
-            assert not any(m["content"].startswith("## Run context") for m in c["messages"])
+            assert not any("## Run context" in m["content"] for m in c["messages"])
     assert calls["draft"]["thread_from"] == "transition"
     assert calls["review"]["thread_from"] == "settings.default_thread"
     assert calls["summary"]["fidelity_from"] == "transition"
@@ -373,7 +398,7 @@ def test_non_restorable_provider_degrades_the_first_full_step_after_resume_once(
     assert calls["review"]["degraded"] == {"from": "full", "to": "summary:high", "reason": "resume"}
     assert calls["review"]["fidelity"] == "summary:high"
     assert calls["review"]["preamble_tokens"] <= 3000
-    assert calls["review"]["messages"][0]["content"].startswith("## Run context")
+    assert "\n\n## Run context\n" in calls["review"]["messages"][0]["content"]
     # once: the next full steps use the thread again, which holds the degraded step's turn
     for step in ("fix", "review_again"):
         assert calls[step]["fidelity"] == "full" and "degraded" not in calls[step]
@@ -489,3 +514,95 @@ def test_history_log_records_steps_catches_notes_and_writes_in_order():
     assert got[0]["notes"] == ["first reply line"] and got[1]["notes"] == ["error: boom"]
     assert got[2]["notes"] == []  # a note belongs to the visit that made the call
     assert list(log.written) == ["y", "last_error", "x"]  # oldest write first
+
+
+# --- what a small budget keeps; what comes first (issue 24 item 9, issue 23 item 7) ---------
+
+LONG_GOAL = (
+    "Answer a question about an indexed C#/.NET and SQL codebase with cited evidence: route, "
+    "retrieve (search, then the dependency graph, then evidence under budget), keep the "
+    "global prompt budget with code-aware compaction, check sufficiency, and answer it. "
+    "Every step is traced, every fallback says so, nothing is sent over its window."
+)
+
+
+@pytest.mark.parametrize("mode", ["truncate", "summary:low"])
+@pytest.mark.parametrize("budget", [None, 90, 70, 55])
+def test_truncate_and_low_keep_the_run_and_step_and_cut_the_goal_first(mode, budget):
+    records = history(12)
+    long = fid.RunView("code_qa", LONG_GOAL, "run-7f3a9c", "answer", 14, records, {}, [], inputs=())
+    p = fid.build_preamble(mode, long, COUNTER, budget=budget)
+    limit = budget or fid.BUDGETS[mode]
+    assert p.tokens == COUNTER.count(p.text) <= limit
+    if mode == "truncate":
+        assert p.text.endswith("\n- run: run-7f3a9c\n- current step: answer (step 13)")
+    else:
+        assert p.text.endswith("\nRun run-7f3a9c, now at step 13: answer.")
+    assert "code_qa" in p.text and "shortened to its budget" not in p.text
+    if mode == "truncate" or (budget is not None and budget < 70):
+        # The description is what gave way, visibly, and from its end.
+        assert LONG_GOAL not in p.text and "Answer a question about" in p.text
+        assert "…" in p.text
+    short = fid.RunView("code_qa", "Answer.", "run-7f3a9c", "answer", 14, records, {}, [])
+    whole = fid.build_preamble(mode, short, COUNTER)
+    assert "Answer." in whole.text and "…" not in whole.text
+
+
+def test_a_budget_too_small_for_the_head_keeps_the_run_and_step_after_the_marker():
+    records = history(3)
+    long = fid.RunView("code_qa", LONG_GOAL, "run-7f3a9c", "answer", 14, records, {}, [])
+    for mode in fid.BUDGETS:
+        p = fid.build_preamble(mode, long, COUNTER, budget=40)
+        assert p.tokens == COUNTER.count(p.text) <= 40, mode
+        step = "run-7f3a9c, now at step 4: answer" if mode == "summary:low" else "answer (step 4)"
+        assert "run-7f3a9c" in p.text and step in p.text, (mode, p.text)
+
+
+@pytest.mark.parametrize("mode", list(fid.BUDGETS))
+def test_the_stable_part_comes_first_and_the_run_and_step_last(mode):
+    records = history(5)
+    variables = {"task": "fix it"}
+    p = fid.build_preamble(mode, view(records, variables), COUNTER).text
+    # Pipeline and goal first; then the inputs and the steps; the run id and step at the end.
+    assert p.index("review_loop") < p.index("Fix the port parser") < p.index("r1")
+    for later in ("fix it", "step_4"):
+        if later in p:
+            assert p.index("Fix the port parser") < p.index(later) < p.index("r1"), later
+    tail = p[p.index("r1") :]
+    assert "now" in tail and "step 6" in tail and "step_4" not in tail
+    [message] = fid.with_preamble([{"role": "system", "content": "The prompt file."}], p)
+    assert message["content"] == f"The prompt file.\n\n{p}"  # the prompt file stays first
+    assert fid.with_preamble([], p) == [{"role": "system", "content": p}]
+
+
+def test_two_runs_route_prompts_share_the_prompt_file_and_goal_as_a_prefix(sample_index):
+    """A server's prefix cache reuses a prompt across runs up to the first byte that differs:
+    the prompt file, the pipeline and its goal come before the run id."""
+    pipeline = runtime.load(str(ROOT / "pipelines" / "code_qa.yaml"))
+    systems = []
+    for run_id, question in (
+        ("first", "Who calls usp_CancelOrder?"),
+        ("second", "What is a basket?"),
+    ):
+        services = runtime.Services(
+            settings=pipeline.settings, node_store=sample_index, base_dir=str(pipeline.base_dir)
+        )
+        result = runtime.Runner(pipeline, services=services).run(
+            {"question": question}, run_id=run_id
+        )
+        assert result.status == "completed", result.error
+        [route] = [
+            e for e in result.events if e["type"] == "MODEL_CALL" and e["step_id"] == "route"
+        ]
+        systems.append(route["messages"][0]["content"])
+    prompt = (ROOT / "pipelines" / "prompts" / "code_qa" / "route.md").read_text().strip()
+    first, second = systems
+    common = first[: next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)]
+    goal = " ".join(pipeline.description.split())
+    assert systems[0].startswith(prompt) and goal[:200] in common
+    assert len(common) >= len(prompt) + len(goal)
+    # What differs is at the end: the run id, then the current step.
+    assert systems[0][len(common) :].startswith("first") and systems[1][len(common) :].startswith(
+        "second"
+    )
+    assert systems[0].endswith("- current step: route (step 2)")

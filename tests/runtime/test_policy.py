@@ -83,13 +83,13 @@ def counters(r) -> dict[str, int]:
 
 
 def sent_system(counter) -> str:
-    """ask's system message in run t (no catch: 2 steps): its compact preamble, then SYSTEM.
+    """ask's system message in run t (no catch: 2 steps): SYSTEM, then its compact preamble.
 
     Every fresh model call starts with its fidelity preamble (compact by default,
     docs/fidelity.md); the entry step's is the run's head lines alone.
     """
     view = fid.RunView("p", "", "t", "ask", 2, history=(), variables={}, written=())
-    return f"{fid.build_preamble('compact', view, counter).text}\n\n{SYSTEM}"
+    return f"{SYSTEM}\n\n{fid.build_preamble('compact', view, counter).text}"
 
 
 def prompt_size(counter, user: str) -> int:

@@ -133,7 +133,7 @@ def sent_system() -> str:
     docs/fidelity.md): for ask, the entry step of p.yaml's 2 steps in run t, the head lines.
     """
     view = fid.RunView("p", "", "t", "ask", 2, history=(), variables={}, written=())
-    return f"{fid.build_preamble('compact', view, get_counter('cl100k_base')).text}\n\n{SYSTEM}"
+    return f"{SYSTEM}\n\n{fid.build_preamble('compact', view, get_counter('cl100k_base')).text}"
 
 
 def _room_window(slice_tokens: int) -> int:
