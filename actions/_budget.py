@@ -146,8 +146,12 @@ def stage(
     user = user_pieces(ctx, render, note, escape) if cfg.enabled else []
     prompt = prompt_of(ctx, messages, user, turns)
     store = store_of(ctx) if cfg.enabled else None
+    # The blocks tell the model to rehydrate only when it has the tool to.
+    way_back = "rehydrate" in (ctx.step.get("tools") or ())
     if store is not None and cfg.trace_threshold_tokens and not cfg.dry_run:
-        _compact(ctx, prompt, cfg, counter, store, overhead, thread or "conversation_history")
+        _compact(
+            ctx, prompt, cfg, counter, store, overhead, thread or "conversation_history", way_back
+        )
     decision = pol.enforce(
         prompt,
         profile,
@@ -157,6 +161,7 @@ def stage(
         run_id=ctx.run_id,
         overhead=overhead,
         preamble_tokens=preamble_tokens,
+        way_back=way_back,
     )
     data = decision.trace_data(ctx.step_id, config.name)
     data.update(tokenizer=config.tokenizer, token_margin=margin)
@@ -197,7 +202,40 @@ def stage(
     ctx.trace("CONTEXT_BUDGET_DECISION", **data, sent_tokens=tokens)
     if tokens > profile.budget:
         ctx.increment("context_budget_violations")
+    write_pointers(ctx, [] if cfg.dry_run else decision.summarised)
     return sent, tokens
+
+
+def write_pointers(ctx: StepContext, summarised: list[dict[str, Any]]) -> None:
+    """Each user part's `pointer_to` variable: the pointer its value went behind.
+
+    A record {pointer_id, kind, chars, lines, tokens_before, tokens_after}, or null when
+    the part was sent whole; for a part of evidence blocks, the list of its summarised
+    blocks' records (each with its `block` number). A `rehydrate` step reads a record with
+    `pointer_id_from`, so no pointer id (a hash) need be written in the YAML.
+    """
+    for name, part in (ctx.step.get("user_parts") or {}).items():
+        target = part.get("pointer_to")
+        if not target:
+            continue
+        sid = f"user_parts.{name}"
+        blocks = []
+        record = None
+        for s in summarised:
+            keep = {k: s[k] for k in _RECORD if k in s}
+            if s["id"] == sid:
+                record = keep
+            elif s["id"].startswith(sid + "["):
+                blocks.append({"block": int(s["id"][len(sid) + 1 : -1]), **keep})
+        value = ctx.get(part["source"], None)
+        evidence = (
+            isinstance(value, list)
+            and any(isinstance(v, str) and v.startswith(HEADER) for v in value)
+        ) or (isinstance(value, str) and HEADER in value)
+        ctx.set(target, blocks if evidence or blocks else record)
+
+
+_RECORD = ("pointer_id", "kind", "chars", "lines", "tokens_before", "tokens_after")
 
 
 # A rejected prompt may be megabytes: the trace keeps this much of each message.
@@ -227,6 +265,7 @@ def _compact(
     store: Any,
     overhead: int,
     thread_id: str,
+    way_back: bool = True,
 ) -> None:
     """Compact the thread (the turns between the system prompt and the user message)."""
     start = 1 if prompt and prompt[0].role == "system" else 0
@@ -243,6 +282,7 @@ def _compact(
         run_id=ctx.run_id,
         overhead=overhead,
         summary_tokens=cfg.summary_tokens,
+        way_back=way_back,
     )
     if not result.entries:
         return

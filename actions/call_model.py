@@ -12,6 +12,7 @@ from actions._model_trace import trace_model_call
 from runtime.context.blocks import HEADER
 from runtime.context.policy import POLICY_SCHEMA
 from runtime.contract.action import (
+    VARIABLE_PATTERN,
     Action,
     Outcome,
     PipelineView,
@@ -51,8 +52,20 @@ _PART = {
             "never for `question`).",
         },
         "summary_kind": {
-            "enum": ["text", "diff", "json", "code", "log", "markdown"],
-            "description": "Summariser for the context policy (default: detected).",
+            "anyOf": [
+                {"enum": ["text", "diff", "json", "code", "log", "markdown"]},
+                {"type": "string", "pattern": "^model:[A-Za-z0-9_.-]+$"},
+            ],
+            "description": "Summariser for the context policy (default: detected); "
+            "`model:NAME` summarises with the settings.models entry NAME, falling back to the "
+            "detected kind's summariser when that model fails (docs/budget.md).",
+        },
+        "pointer_to": {
+            "type": "string",
+            "pattern": VARIABLE_PATTERN,
+            "description": "Variable that gets the pointer this part went behind ({pointer_id, "
+            "kind, chars, lines, tokens_before, tokens_after}, null when sent whole; a list "
+            "for evidence blocks), for a later rehydrate step's pointer_id_from.",
         },
     },
 }
@@ -124,7 +137,7 @@ class CallModel(Action):
 
     @classmethod
     def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:
-        """A step's `model` must name a settings.models entry or be a valid spec."""
+        """A step's `model`, and a part's `summary_kind: model:NAME`, must name a model."""
         name = step.get("model")
         if isinstance(name, str):
             from runtime.models import config_from_spec
@@ -133,6 +146,26 @@ class CallModel(Action):
                 config_from_spec(name, settings)
             except ModelError as exc:
                 yield Problem(exc.code, exc.message, ("model",))
+        parts = step.get("user_parts")
+        for key, part in (parts if isinstance(parts, Mapping) else {}).items():
+            kind = part.get("summary_kind") if isinstance(part, Mapping) else None
+            if isinstance(kind, str) and kind.startswith("model:"):
+                models = settings.get("models")
+                if not isinstance(models, Mapping) or kind[6:] not in models:
+                    yield Problem(
+                        "MODEL_CONFIG_INVALID",
+                        f"summary_kind {kind!r}: no model {kind[6:]!r} in settings.models",
+                        ("user_parts", key, "summary_kind"),
+                    )
+
+    @classmethod
+    def step_writes(cls, step: Mapping[str, Any]) -> Iterator[str]:
+        """last_model_response, and each user part's `pointer_to`."""
+        yield from cls.writes
+        parts = step.get("user_parts")
+        for part in (parts if isinstance(parts, Mapping) else {}).values():
+            if isinstance(part, Mapping) and isinstance(part.get("pointer_to"), str):
+                yield part["pointer_to"]
 
     @classmethod
     def step_reads(cls, step: Mapping[str, Any]) -> Iterator[VariableRead]:

@@ -229,6 +229,15 @@ _CODES: list[Code] = [
         "Raise prompt_budget (or the window) to at least emergency_floor, or lower "
         "emergency_floor.",
     ),
+    Code(
+        "POLICY_NO_WAY_BACK",
+        "graph",
+        "A model step's context policy may put parts behind pointers, and nothing can bring "
+        "them back: no rehydrate tool is offered and no rehydrate step reads a pointer_to of "
+        "its parts (a warning).",
+        "Offer `tools: [rehydrate]`, or give the part `pointer_to: VAR` and add a rehydrate "
+        "step with `pointer_id_from: VAR`.",
+    ),
     Code("COMPACTION_RULE_INVALID", "graph", "A compaction rule is incomplete or out of range."),
     Code("RULE_INVALID", "graph", "A rule in a step's `rules` is malformed."),
     Code(

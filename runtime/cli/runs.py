@@ -42,9 +42,12 @@ def runs(
         return
     id_width = max(len("RUN ID"), *(len(r["run_id"]) for r in rows))
     name_width = max(len("PIPELINE"), *(len(str(r["pipeline"])) for r in rows))
+    # The model of calls that name none (--model, else the pipeline's); "-": not recorded.
+    models = {r["run_id"]: r.get("model") or "-" for r in rows}
+    model_width = max(len("MODEL"), *(len(m) for m in models.values()))
     header = (
         f"{'RUN ID':<{id_width}}  {'STATUS':<9}  {'STARTED':<19}  {'SECONDS':>9}  "
-        f"{'STEPS':>5}  {'PIPELINE':<{name_width}}  ERROR"
+        f"{'STEPS':>5}  {'PIPELINE':<{name_width}}  {'MODEL':<{model_width}}  ERROR"
     )
     click.echo(header)
     for r in rows:
@@ -52,7 +55,8 @@ def runs(
         err = r["error"]["code"] if r["error"] else ""
         line = (
             f"{r['run_id']:<{id_width}}  {r['status']:<9}  {started:<19}  {r['seconds']:>9.3f}  "
-            f"{r['steps']:>5}  {r['pipeline']!s:<{name_width}}  {err}"
+            f"{r['steps']:>5}  {r['pipeline']!s:<{name_width}}  "
+            f"{models[r['run_id']]:<{model_width}}  {err}"
         )
         click.echo(line.rstrip())
 

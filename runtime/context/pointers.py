@@ -163,19 +163,31 @@ def slice_hint(kind: str) -> str:
     return 'slice="lines A-B"'
 
 
-def render(pointer_id: str, kind: str, chars: int, lines: int, summary: str) -> str:
-    """The marked block that stands for an elided payload in a prompt."""
+def render(
+    pointer_id: str, kind: str, chars: int, lines: int, summary: str, way_back: bool = True
+) -> str:
+    """The marked block that stands for an elided payload in a prompt.
+
+    way_back: the step offers the rehydrate tool; without it the block does not tell the
+    model to call a tool it does not have.
+    """
     # Short: a prompt may hold several, and each summary must stay under 300 tokens with it.
+    back = (
+        f"; rehydrate this pointer_id for the exact text (optional {slice_hint(kind)})"
+        if way_back
+        else ""
+    )
     return (
-        f"{OPEN} {pointer_id}: {kind}, {chars:,} chars, {lines:,} lines, summarised; "
-        f"rehydrate this pointer_id for the exact text (optional {slice_hint(kind)})]\n"
+        f"{OPEN} {pointer_id}: {kind}, {chars:,} chars, {lines:,} lines, summarised{back}]\n"
         f"{summary}\n{CLOSE} {pointer_id}]"
     )
 
 
-def render_short(pointer_id: str, role: str, chars: int, summary: str) -> str:
+def render_short(
+    pointer_id: str, role: str, chars: int, summary: str, way_back: bool = True
+) -> str:
     """The short block of a compacted thread message (hundreds of them must fit a window)."""
-    head = f"{OPEN} {pointer_id} {role}, {chars:,} chars: rehydrate it]"
+    head = f"{OPEN} {pointer_id} {role}, {chars:,} chars{': rehydrate it' if way_back else ''}]"
     return f"{head} {summary}" if summary else head  # one line: no closing marker
 
 
@@ -193,17 +205,19 @@ def make_pointer(
     lines: int,
     *,
     short_for: str | None = None,
+    way_back: bool = True,
 ) -> Pointer:
     """Store text (once) and return the pointer that stands for it with this summary.
 
-    short_for (a role) gives the short block of a compacted thread message.
+    short_for (a role) gives the short block of a compacted thread message; way_back False
+    (the step offers no rehydrate tool) leaves the call to rehydrate out of the block.
     """
     pointer_id, sha = pointer_id_of(text)
     store.put_original(run_id, pointer_id, sha, kind, text)
     shown = (
-        render_short(pointer_id, short_for, len(text), summary)
+        render_short(pointer_id, short_for, len(text), summary, way_back)
         if short_for
-        else render(pointer_id, kind, len(text), lines, summary)
+        else render(pointer_id, kind, len(text), lines, summary, way_back)
     )
     return Pointer(
         pointer_id=pointer_id,

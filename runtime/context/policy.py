@@ -323,17 +323,26 @@ def point(
     summariser: Callable[..., Any] = summarise,
     *,
     short_for: str | None = None,
+    way_back: bool = True,
 ) -> ptr.Pointer:
     """Summarise a segment's text and store it behind a pointer (returned, not applied).
 
     With short_for (a thread message's role) the pointer has the short block, and a
-    summary_tokens of 0 gives it no summary.
+    summary_tokens of 0 gives it no summary. way_back: the block may tell the model to
+    rehydrate (the step offers the tool).
     """
     lines = line_count(seg.text)
     kind = seg.kind if seg.kind in KINDS else None
     if short_for and summary_tokens <= 0:
         return ptr.make_pointer(
-            store, run_id, seg.text, kind or "text", "", lines, short_for=short_for
+            store,
+            run_id,
+            seg.text,
+            kind or "text",
+            "",
+            lines,
+            short_for=short_for,
+            way_back=way_back,
         )
     if short_for and summary_tokens < _FULL_SUMMARY:
         # A few tokens: the message's opening words on one line are the best summary.
@@ -341,11 +350,25 @@ def point(
         cut = counter.truncate(head, summary_tokens - 1)
         shown = cut + "…" if cut != head else cut
         return ptr.make_pointer(
-            store, run_id, seg.text, kind or "text", shown, lines, short_for=short_for
+            store,
+            run_id,
+            seg.text,
+            kind or "text",
+            shown,
+            lines,
+            short_for=short_for,
+            way_back=way_back,
         )
     summary = summariser(seg.text, kind, max(16, summary_tokens), counter)
     return ptr.make_pointer(
-        store, run_id, seg.text, summary.kind, summary.text, lines, short_for=short_for
+        store,
+        run_id,
+        seg.text,
+        summary.kind,
+        summary.text,
+        lines,
+        short_for=short_for,
+        way_back=way_back,
     )
 
 
@@ -360,6 +383,7 @@ def enforce(
     overhead: int,
     preamble_tokens: int = 0,
     summarise_with: Callable[[Segment, int], Any] | None = None,
+    way_back: bool = True,
 ) -> Decision:
     """Decide for one prompt and, unless dry_run, replace segments by pointers to fit.
 
@@ -445,7 +469,7 @@ def enforce(
         if summarise_with is not None:
             pointer = summarise_with(seg, cfg.summary_tokens)
         else:
-            pointer = point(seg, store_used, run_id, counter, cfg.summary_tokens)
+            pointer = point(seg, store_used, run_id, counter, cfg.summary_tokens, way_back=way_back)
         after = counter.count_cached(pointer.display_text)
         if after >= before:
             continue  # a pointer would not be smaller: keep the payload
@@ -648,6 +672,7 @@ def compact_thread(
     run_id: str,
     overhead: int,
     summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
+    way_back: bool = True,
 ) -> Compaction:
     """Past threshold tokens, replace the oldest summarisable messages by pointers, in place.
 
@@ -669,7 +694,9 @@ def compact_thread(
         if any(s.summarizable and s.pointer is None for s in m.segments())
     ]
     staying = total - sum(ledger[i] for i in open_)
-    frame = counter.count_cached(ptr.render_short(ptr.PREFIX + "0" * 16, "assistant", 10**6, ""))
+    frame = counter.count_cached(
+        ptr.render_short(ptr.PREFIX + "0" * 16, "assistant", 10**6, "", way_back)
+    )
     share = (threshold - staying) // max(1, len(open_)) - frame - overhead - 2
     room = min(summary_tokens, share) if share >= _MIN_SUMMARY else 0
     for index, message in enumerate(thread):
@@ -678,7 +705,9 @@ def compact_thread(
         for seg in message.segments():
             if not seg.summarizable or seg.pointer is not None:
                 continue
-            pointer = point(seg, store, run_id, counter, room, short_for=message.role)
+            pointer = point(
+                seg, store, run_id, counter, room, short_for=message.role, way_back=way_back
+            )
             before = ledger[index]
             seg.pointer = pointer
             after = counter.count_cached(message.content()) + overhead

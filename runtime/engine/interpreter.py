@@ -21,6 +21,7 @@ from typing import Any
 from runtime.contract.action import Action, Outcome
 from runtime.contract.message import Message
 from runtime.contract.registry import Registry, default_registry
+from runtime.engine import choices as run_choices
 from runtime.engine import faults
 from runtime.engine.inbox import Inbox
 from runtime.engine.services import Services
@@ -94,6 +95,7 @@ class _Position:
     arrival: Mapping[str, str] = field(default_factory=lambda: NO_ARRIVAL)
     arrival_from: str | None = None
     resumed: bool = False  # this process resumed the run (a `full` step may degrade once)
+    services: Services | None = None  # a resumed run's own (its recorded model, index...)
 
 
 _clock = time.perf_counter
@@ -209,6 +211,8 @@ class Engine:
         self.defaults = action_defaults(type(a) for a in self._actions.values())
         # Completed-step history (ctx.history) is kept only when an action reads it.
         self._keeps_history = any(type(a).reads_history for a in self._actions.values())
+        # The model names the steps can ask for: a run records what each resolves to.
+        self._model_names = run_choices.model_names(pipeline)
 
     # --- public --------------------------------------------------------------
     def run(
@@ -225,12 +229,15 @@ class Engine:
         variables = apply_inputs(self.pipeline, inputs or {})
         state = RunState(variables=initial_variables(self.defaults, variables))
         tracer = Tracer(run_id)
+        # Model, index, tokenizer: recorded with the run, so a resume holds to them.
+        choices = run_choices.record(self.services, self._model_names)
         started = tracer.emit(
             "RUN_STARTED",
             None,
             pipeline=self.pipeline.name,
             inputs=sorted(variables),
             defaults=sorted(set(self.defaults) - set(variables)),
+            choices=choices,
         )
         if self.store is not None:
             # RUN_STARTED is stored with the run: a kill before the first checkpoint keeps it.
@@ -239,6 +246,7 @@ class Engine:
                 self.pipeline,
                 dict(inputs or {}),
                 events=tracer.drain(),
+                choices=choices,
                 **self._durability_kw,
             )
         if on_event:  # only once the run exists (a duplicate run id is refused above)
@@ -264,6 +272,10 @@ class Engine:
             raise RunError(f"run {run_id} has completed", code="RUN_NOT_RESUMABLE")
         if saved["content_hash"] != self.pipeline.content_hash and not force:
             raise RunError(f"pipeline changed since run {run_id} started", code="PIPELINE_CHANGED")
+        # The recorded model, index and tokenizer; one given differently is refused unless forced.
+        resumed = run_choices.reconcile(
+            run_id, self.store.choices(run_id), self.services, self._model_names, force=force
+        )
         # The step killed before its checkpoint runs again: it must find the pointers the
         # checkpoint knew, not those it stored itself (a compaction would not be counted).
         self.store.rewind(run_id)
@@ -292,8 +304,20 @@ class Engine:
         chosen = self.durability or saved.get("durability")
         store_kw = {"durability": chosen} if chosen else {}
         self.store.set_status(run_id, "running", **store_kw)
-        tracer.emit("RUN_RESUMED", None, position=position, forced=force)
-        pos = _Position(position, state, inbox, store_kw, arrival, arrival_from, resumed=True)
+        extra: dict[str, Any] = {"choices": resumed.choices}
+        if not resumed.recorded or resumed.changed:  # a later resume holds to these
+            self.store.set_choices(run_id, resumed.choices)
+        if not resumed.recorded:
+            extra["choices_recorded"] = False
+        if resumed.changed:
+            extra["changed"] = resumed.changed
+        warning = run_choices.warning(run_id, resumed)
+        if warning:
+            extra["warning"] = warning
+        tracer.emit("RUN_RESUMED", None, position=position, forced=force, **extra)
+        pos = _Position(
+            position, state, inbox, store_kw, arrival, arrival_from, True, resumed.services
+        )
         return self._drive(run_id, pos, tracer, saved["inputs"], max_steps, cancel)
 
     # --- loop ----------------------------------------------------------------
@@ -316,7 +340,7 @@ class Engine:
             pipeline=self.pipeline,
             state=state,
             inbox=pos.inbox,
-            services=self.services,
+            services=pos.services or self.services,
             tracer=tracer,
             inputs=inputs,
         )

@@ -61,6 +61,11 @@ class Services:
         return self._model_provider
 
     @property
+    def given_token_counter(self) -> Any:
+        """The default token counter given to the constructor, or None (settings.tokenizer)."""
+        return self._default_counter
+
+    @property
     def given_node_store(self) -> Any:
         """The node store given to the constructor, or None (then it opens index_path)."""
         return self._node_store if self._node_store_given else None

@@ -44,6 +44,7 @@ class RunStore(Protocol):
         *,
         durability: str | None = None,
         events: list[dict[str, Any]] | None = None,
+        choices: dict[str, Any] | None = None,
     ) -> None:
         """Record a new run with its first events (RUN_STARTED), in one transaction."""
 
@@ -80,6 +81,12 @@ class RunStore(Protocol):
 
     def rewind(self, run_id: str) -> None:
         """Forget what a run stored after its last checkpoint (before resuming it)."""
+
+    def choices(self, run_id: str) -> dict[str, Any] | None:
+        """The choices a run was started with (runtime/engine/choices.py); None: not recorded."""
+
+    def set_choices(self, run_id: str, choices: dict[str, Any]) -> None:
+        """Replace a run's recorded choices (a forced resume, or one of an older run)."""
 
 
 def _m1_initial(db: sqlite3.Connection) -> None:
@@ -196,6 +203,16 @@ def _m6_pointers_pending(db: sqlite3.Connection) -> None:
     )
 
 
+def _m7_run_choices(db: sqlite3.Connection) -> None:
+    """The choices a run is started with besides its pipeline: model, index, tokenizer (issue 23).
+
+    Runs stored before this migration have none; a resume says so and records its own.
+    """
+    db.execute(
+        "CREATE TABLE run_choices (run_id TEXT PRIMARY KEY, choices TEXT NOT NULL) WITHOUT ROWID"
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m1_initial),
     ("m002_append_only", _m2_append_only),
@@ -203,6 +220,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m004_threads", _m4_threads),
     ("m005_original_index", _m5_original_index),
     ("m006_pointers_pending", _m6_pointers_pending),
+    ("m007_run_choices", _m7_run_choices),
 ]
 # Characters per stored chunk of an indexed original: a slice reads the few chunks its
 # range covers (loading a 5 MB original whole from SQLite takes 6-45 ms).
@@ -324,6 +342,7 @@ class SqliteRunStore:
         *,
         durability: str | None = None,
         events: list[dict[str, Any]] | None = None,
+        choices: dict[str, Any] | None = None,
     ) -> None:
         """Record a new run (a duplicate id is an error); its inputs are stored once.
 
@@ -355,6 +374,8 @@ class SqliteRunStore:
             db.execute("INSERT INTO run_inputs VALUES (?, ?)", (run_id, json.dumps(inputs)))
             if data:
                 db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", data)
+            if choices is not None:
+                db.execute("INSERT INTO run_choices VALUES (?, ?)", (run_id, json.dumps(choices)))
 
         self._tx(fn, durability)
         with self._lock:
@@ -500,6 +521,23 @@ class SqliteRunStore:
             durability,
         )
 
+    def choices(self, run_id: str) -> dict[str, Any] | None:
+        """The choices a run was started with (runtime/engine/choices.py); None: not recorded."""
+        row = (
+            self._conn()
+            .execute("SELECT choices FROM run_choices WHERE run_id = ?", (run_id,))
+            .fetchone()
+        )
+        return None if row is None else dict(json.loads(row[0]))
+
+    def set_choices(self, run_id: str, choices: dict[str, Any]) -> None:
+        """Replace a run's recorded choices (a forced resume, or one of an older run)."""
+        self._tx(
+            lambda db: db.execute(
+                "INSERT OR REPLACE INTO run_choices VALUES (?, ?)", (run_id, json.dumps(choices))
+            )
+        )
+
     def _memo(self, run_id: str) -> _RunMemo:
         """What this store knows of a run it did not create or load: read from the file."""
         with self._lock:
@@ -596,8 +634,9 @@ class SqliteRunStore:
         # steps and the last update come from the checkpoint row when there is one
         sql = (
             "SELECT id, pipeline, status, created_at, max(r.updated_at, coalesce(c.updated_at,"
-            " 0)), coalesce(c.steps, r.steps), error FROM runs r"
-            " LEFT JOIN checkpoints c ON c.run_id = r.id "
+            " 0)), coalesce(c.steps, r.steps), error, json_extract(ch.choices, '$.main')"
+            " FROM runs r LEFT JOIN checkpoints c ON c.run_id = r.id"
+            " LEFT JOIN run_choices ch ON ch.run_id = r.id "
         )
         if where:
             sql += "WHERE " + " AND ".join(where) + " "
@@ -616,6 +655,7 @@ class SqliteRunStore:
                 "seconds": round(r[4] - r[3], 3),
                 "steps": r[5],
                 "error": json.loads(r[6]) if r[6] else None,
+                "model": r[7],  # the model of calls that name none; None: not recorded
             }
             for r in rows
         ]

@@ -509,6 +509,7 @@ def check_budgets(
         status = b.status
         if b.policy is not None and b.policy["enabled"] and status != "impossible":
             yield from _policy_findings(b, where, path)
+            yield from _way_back(b, steps, where, path)
         if status == "impossible":
             yield Finding(
                 "BUDGET_IMPOSSIBLE",
@@ -583,3 +584,38 @@ def _policy_findings(b: StepBudget, where: str, path: tuple[str | int, ...]) -> 
             "be summarised (`runtime budget PIPELINE`).",
             severity="warning",
         )
+
+
+def _way_back(
+    b: StepBudget, steps: Sequence[Mapping[str, Any]], where: str, path: tuple[str | int, ...]
+) -> Iterator[Finding]:
+    """POLICY_NO_WAY_BACK: the policy may elide parts and nothing can bring them back.
+
+    A way back is the rehydrate tool offered to the model, or a part's `pointer_to`
+    variable that a rehydrate step reads (`pointer_id_from`).
+    """
+    step = steps[b.index]
+    tools = step.get("tools")
+    if isinstance(tools, list) and "rehydrate" in tools:
+        return
+    elidable = [p.label for p in b.parts if p.summarisable]
+    # A prompt that always fits its budget is never summarised (compaction aside, which
+    # acts on a thread or history: unbounded parts, so the status is not "fits").
+    fits = b.status == "fits" and b.bounded_maximum - b.output_tokens <= (b.policy or {})["budget"]
+    if not elidable or fits:
+        return
+    parts = mapping(step.get("user_parts"))
+    targets = {mapping(p).get("pointer_to") for p in parts.values()} - {None}
+    readers = {s.get("pointer_id_from") for s in steps if s.get("action") == "rehydrate"}
+    if targets & readers:
+        return
+    yield Finding(
+        "POLICY_NO_WAY_BACK",
+        f"{where}: its context policy may put {', '.join(elidable)} behind pointers, and "
+        "nothing can bring them back: the model is offered no rehydrate tool and no rehydrate "
+        "step reads a pointer_to of its parts",
+        path,
+        hint="Offer the tool (`tools: [rehydrate]`), or give the part `pointer_to: VAR` and "
+        "add a rehydrate step with `pointer_id_from: VAR` (docs/budget.md).",
+        severity="warning",
+    )

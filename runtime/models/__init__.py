@@ -26,7 +26,9 @@ __all__ = [
     "check_settings",
     "config_from_settings",
     "config_from_spec",
+    "resolve_config",
     "resolve_provider",
+    "spec_for",
 ]
 
 
@@ -47,6 +49,27 @@ def build_provider(config: ModelConfig) -> ModelProvider:
     raise ModelError(f"unknown provider {config.provider!r}", code="MODEL_CONFIG_INVALID")
 
 
+def spec_for(name: str | None, settings: Mapping[str, Any]) -> str:
+    """The spec a model name stands for without --model: itself, else default_model, else extractive."""
+    spec = name if name is not None else settings.get("default_model")
+    return "extractive" if spec is None else spec
+
+
+def resolve_config(
+    name: str | None,
+    *,
+    settings: Mapping[str, Any],
+    cli_spec: str | None = None,
+    base_dir: str | None = None,
+) -> ModelConfig:
+    """The configuration a step's model resolves to (see resolve_provider)."""
+    if cli_spec is not None:
+        return config_from_spec(cli_spec, settings, base_dir=base_dir, spec_dir=None)
+    return config_from_spec(
+        spec_for(name, settings), settings, base_dir=base_dir, spec_dir=base_dir
+    )
+
+
 def resolve_provider(
     name: str | None,
     *,
@@ -61,13 +84,7 @@ def resolve_provider(
     against it; a relative `replay:FILE` on the command line resolves against the
     working directory.
     """
-    if cli_spec is not None:
-        config = config_from_spec(cli_spec, settings, base_dir=base_dir, spec_dir=None)
-    else:
-        spec = name if name is not None else settings.get("default_model")
-        if spec is None:
-            spec = "extractive"
-        config = config_from_spec(spec, settings, base_dir=base_dir, spec_dir=base_dir)
+    config = resolve_config(name, settings=settings, cli_spec=cli_spec, base_dir=base_dir)
     from runtime.models.guard import ScrubbingProvider
 
     # The boundary: whatever answers, no configured secret leaves in a reply or an error.

@@ -120,8 +120,7 @@ def reference(folder: Path) -> dict[str, Any]:
     assert done.status == "completed", done.error
     store = runtime.SqliteRunStore(db)
     events = store.events("k")
-    counters = events[-1]["counters"]
-    assert counters["compactions"] == 5 and counters["tokens_saved"] > 0  # a1's five turns
+    assert events[-1]["counters"] == {"compactions": 5, "tokens_saved": 3009}
     return {
         "events": events,
         "state": store.load("k")["variables"],

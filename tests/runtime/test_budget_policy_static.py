@@ -51,6 +51,7 @@ def write(tmp_path: Path, *, window: int, policy: str, keep: str = "", q: str = 
             prompt_key: answer
             model: small
             max_output_tokens: 100
+            tools: [rehydrate]
             user_parts:
               q: {{source: question, template: "Question: {{}}"}}
               doc: {{source: doc}}
