@@ -331,6 +331,7 @@ def test_runs_has_a_header_and_filters(runner, files):
         "SECONDS",
         "STEPS",
         "PIPELINE",
+        "MODEL",
         "ERROR",
     ]
     assert [r.split()[:2] for r in rows] == [
@@ -338,7 +339,7 @@ def test_runs_has_a_header_and_filters(runner, files):
         ["f2", "completed"],
         ["f1", "completed"],
     ]
-    assert rows[0].split()[-3:] == ["3", "loop", "MAX_STEPS_EXCEEDED"]
+    assert rows[0].split()[-4:] == ["3", "loop", "extractive", "MAX_STEPS_EXCEEDED"]
     failed = runner.invoke(cli, ["runs", *store, "--status", "failed"])
     assert [r.split()[0] for r in failed.stdout.splitlines()[1:]] == ["l1"]
     free = runner.invoke(cli, ["runs", *store, "--pipeline", "free", "--json"])
