@@ -7,8 +7,10 @@ One line per call::
      "tool_calls": [{"id": "...", "name": "...", "arguments": "<JSON text>"}],
      "context_window": N, "tokenizer": "..."}
 
-`context_window` and `tokenizer` are the recording model's: a replay budgets its prompts
-against them (the first line's), so a replayed run decides exactly as the live one did.
+`context_window`, `tokenizer` and `token_margin` are the recording model's: a replay budgets
+its prompts against them (the first line's), so a replayed run decides exactly as the live
+one did. `usage_from`, `cached_tokens`, `response_format` and `retries` (the provider's
+retries on the wire) are replayed into the trace as recorded.
 
 A step that calls tools records one line per round, in order: the rounds that asked
 for tools, then the answer; replay plays them back in the same order.
@@ -59,6 +61,9 @@ def recorded_profile(path: str | Path) -> dict[str, Any]:
         out["context_window"] = window
     if isinstance(entry.get("tokenizer"), str) and entry["tokenizer"]:
         out["tokenizer"] = entry["tokenizer"]
+    margin = entry.get("token_margin")
+    if isinstance(margin, int | float) and not isinstance(margin, bool) and 0 <= margin <= 1:
+        out["token_margin"] = float(margin)
     return out
 
 
@@ -107,6 +112,9 @@ def _entry(path: str, number: int, line: str) -> tuple[str, ModelResponse]:
         raise _invalid(path, number, "`cached_tokens` must be a non-negative integer")
     if fmt is not None and not isinstance(fmt, dict):
         raise _invalid(path, number, "`response_format` must be an object")
+    retries = entry.get("retries", [])
+    if not isinstance(retries, list) or not all(isinstance(r, dict) for r in retries):
+        raise _invalid(path, number, "`retries` must be a list of objects")
     return step, ModelResponse(
         text,
         counts[0],
@@ -119,6 +127,7 @@ def _entry(path: str, number: int, line: str) -> tuple[str, ModelResponse]:
         usage_from=usage_from,
         cached_tokens=cached,
         response_format=fmt,
+        retries=retries,
     )
 
 
@@ -189,6 +198,7 @@ class ReplayProvider:
             usage_from=recorded.usage_from,
             cached_tokens=recorded.cached_tokens,
             response_format=recorded.response_format,
+            retries=[dict(r) for r in recorded.retries],
         )
 
 
@@ -223,11 +233,15 @@ class RecordingProvider:
             "context_window": self.config.context_window,
             "tokenizer": self.config.tokenizer,
         }
+        if self.config.token_margin:  # the replay budgets with the same margin
+            entry["token_margin"] = self.config.token_margin
         if response.tool_calls:
             entry["tool_calls"] = [c.to_dict() for c in response.tool_calls]
         for key in ("cached_tokens", "response_format"):
             if getattr(response, key) is not None:
                 entry[key] = getattr(response, key)
+        if response.retries:  # the provider's retries on the wire, replayed into the trace
+            entry["retries"] = response.retries
         from runtime.models.guard import scrubber_for
 
         line = json.dumps(scrubber_for(self.settings, self.config).data(entry), ensure_ascii=False)

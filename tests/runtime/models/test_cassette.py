@@ -87,6 +87,10 @@ def test_replay_exhaustion_names_the_step(tmp_path):
         (b'{"step_id": "a"}\n', 1, "`response`"),
         (b'{"step_id": 1, "response": "x"}\n', 1, "`step_id`"),
         (b'{"step_id": "a", "response": "x", "tokens_in": -1}\n', 1, "tokens_in"),
+        (b'{"step_id": "a", "response": "x", "cached_tokens": -2}\n', 1, "cached_tokens"),
+        (b'{"step_id": "a", "response": "x", "retries": [1]}\n', 1, "retries"),
+        (b'{"step_id": "a", "response": "x", "response_format": "json"}\n', 1, "response_format"),
+        (b'{"step_id": "a", "response": "x", "usage_from": 3}\n', 1, "usage_from"),
         (b'{"step_id": "a", "response": "x"}\n{"step_id": "b", "response": "\xff"}\n', 2, "UTF-8"),
     ],
 )
@@ -171,3 +175,29 @@ def test_a_replay_budgets_with_the_recording_models_window_and_tokenizer(tmp_pat
         config_from_spec(f"replay:{odd}", {}).context_window,
         config_from_spec(f"replay:{odd}", {}).tokenizer,
     ) == (1000, "o200k_base")
+
+
+def test_what_the_wire_reported_is_recorded_and_replayed(tmp_path, chat_server, monkeypatch):
+    monkeypatch.setenv("RUNTIME_TOKEN_MARGIN", "0.25")
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    cassette = tmp_path / "c.jsonl"
+    chat_server.script = [{"status": 503}, {"reply": '{"a": 1}'}]
+    rec = resolve_provider(
+        None, settings={}, cli_spec=f"openai:m@{chat_server.url}", record_path=str(cassette)
+    )
+    schema = {"type": "object"}
+    live = ask(rec, "s", "q", json_mode=True, json_schema=schema)
+    rec.close()
+    assert (live.usage_from, [r["retry"] for r in live.retries]) == ("server", [1])
+    assert live.response_format["json_schema"]["schema"] == schema
+    [line] = [json.loads(x) for x in cassette.read_text().splitlines()]
+    assert line["token_margin"] == 0.25 and line["usage_from"] == "server"
+    monkeypatch.delenv("RUNTIME_TOKEN_MARGIN")
+    replay = resolve_provider(None, settings={}, cli_spec=f"replay:{cassette}")
+    assert replay.config.token_margin == 0.25  # budgets as the recording did
+    again = ask(replay, "s", "ignored")
+    assert (again.usage_from, again.retries, again.response_format) == (
+        live.usage_from,
+        live.retries,
+        live.response_format,
+    )
