@@ -34,7 +34,15 @@ from runtime.cli._common import handle_errors
     "--labels",
     "labels_file",
     type=click.Path(exists=True, dir_okay=False),
-    help="JSON/YAML mapping of path globs to security labels.",
+    help="JSON/YAML mapping of path globs to security labels; the globs match paths "
+    "relative to the repository root (see --repo-root).",
+)
+@click.option(
+    "--repo-root",
+    type=click.Path(exists=True, file_okay=False),
+    help="The repository's root folder, which label globs match paths from (default: the "
+    "one recorded when the repository was first indexed, else the first PATH); recorded "
+    "in the index.",
 )
 @click.option(
     "--embedder",
@@ -67,6 +75,7 @@ def index(
     repository: str | None,
     snapshot: str,
     labels_file: str | None,
+    repo_root: str | None,
     embedder: str | None,
     jobs: int | None,
     tokenizers: tuple[str, ...],
@@ -77,6 +86,11 @@ def index(
     Without --repository, a tree indexed before keeps the repository name it was indexed
     under, and a new tree is named after its folder: indexing the same tree again never
     stores a second copy under another name.
+
+    Label globs (--labels) match paths relative to the repository's root, recorded once,
+    so indexing a subfolder labels its files as indexing the whole tree does. Every glob
+    that matches no file is warned about; a labels file none of whose globs matches is
+    refused (LABELS_UNMATCHED), as is a PATH outside the root (LABELS_OUTSIDE_ROOT).
     """
     from runtime.context.tokens import get_counter
     from runtime.retrieval.embeddings import make_embedder
@@ -94,6 +108,8 @@ def index(
     store = open_store(path, create=True)
     repository = _repository(store.root_repositories, roots, repository)
     rules = load_labels(labels_file)
+    # Without --labels every file is written unlabelled: said when that unlabels nodes.
+    labelled = 0 if rules else store.labelled_nodes(repository, snapshot)
     bar: Any = None
     if sys.stderr.isatty() and not as_json:  # a progress bar on a terminal, never on a pipe
         from rich.console import Console
@@ -125,6 +141,7 @@ def index(
             repository=repository,
             snapshot=snapshot,
             label_rules=rules,
+            repo_root=repo_root,
             embedder=emb,
             jobs=jobs,
             tokenizers=tokenizers,
@@ -142,6 +159,25 @@ def index(
         click.echo(
             f"note: {len(report.encodings)} file(s) were not UTF-8 and were read by their "
             f"byte-order mark or as Windows-1252 (e.g. {first[0]}: {first[1]})",
+            err=True,
+        )
+    if report.root_replaced:
+        click.echo(
+            f"warning: the root of repository {repository!r} changes from "
+            f"{report.root_replaced} to {report.repo_root}; label globs now match from there",
+            err=True,
+        )
+    if labelled and store.labelled_nodes(repository, snapshot) < labelled:
+        click.echo(
+            f"warning: {repository}@{snapshot} had {labelled} labelled node(s) and this run "
+            "gave no --labels: the files it rewrote are now unlabelled and visible to every "
+            "caller; index again with the labels file to restore them",
+            err=True,
+        )
+    for glob in report.unmatched_globs:
+        click.echo(
+            f"warning: label glob {glob!r} matches no file under {report.repo_root}: "
+            "the files it was meant for, if any, are unlabelled and visible to every caller",
             err=True,
         )
     for failure in report.failed:

@@ -56,6 +56,9 @@ class IndexReport:
     rebuilt: bool = False  # the index had an older layout and was rebuilt from scratch
     failed: list[dict[str, str]] = field(default_factory=list)  # {path, error} not indexed
     encodings: dict[str, str] = field(default_factory=dict)  # path -> encoding, when not UTF-8
+    repo_root: str = ""  # the folder label globs matched from (see repository_root)
+    root_replaced: str | None = None  # the root recorded before, when --repo-root changed it
+    unmatched_globs: list[str] = field(default_factory=list)  # label globs no file matched
 
     def to_dict(self) -> dict[str, Any]:
         """The `runtime index --json` object (plus detail counters)."""
@@ -115,17 +118,70 @@ def load_labels(path: str | None) -> list[tuple[str, list[str]]]:
     return [(str(k), list(v)) for k, v in data.items()]
 
 
-def labels_for(rel: str, rules: Sequence[tuple[str, list[str]]]) -> list[str]:
-    """Labels of every rule whose glob matches the relative path."""
+def labels_for(
+    rel: str, rules: Sequence[tuple[str, list[str]]], matched: set[str] | None = None
+) -> list[str]:
+    """Labels of every rule whose glob matches the path (relative to the repository root).
+
+    matched: the globs that matched are added to it.
+    """
     found: list[str] = []
     for glob, labels in rules:
         if fnmatch.fnmatch(rel, glob):
             found += [lb for lb in labels if lb not in found]
+            if matched is not None:
+                matched.add(glob)
     return found
 
 
-def _files(roots: Sequence[str]) -> list[tuple[Path, str]]:
-    """(path, path relative to its root) of every file under roots, in path order, once each.
+def repository_root(
+    store: SqliteNodeStore, repository: str, roots: Sequence[str], given: str | None
+) -> tuple[Path, str | None]:
+    """(the folder label globs match from, the root it replaces when `given` changes it).
+
+    Given (`--repo-root`), it is recorded for the repository; else the recorded one holds;
+    else this first run's first path (a file's folder) becomes the repository's root.
+    """
+    from runtime.errors import UsageError
+
+    recorded = store.repository_root(repository)
+    if given is not None:
+        root = Path(given).resolve()
+        if not root.is_dir():
+            raise UsageError(f"--repo-root {given}: not a folder")
+        return root, (recorded if recorded not in (None, str(root)) else None)
+    if recorded is not None:
+        return Path(recorded), None
+    first = Path(roots[0]).resolve()
+    return (first if first.is_dir() else first.parent), None
+
+
+def _label_prefixes(roots: Sequence[str], repo_root: Path, repository: str) -> list[str]:
+    """Per root, what turns a path relative to it into one relative to the repository root."""
+    from runtime.errors import UsageError
+
+    out = []
+    for root in roots:
+        base = Path(root).resolve()
+        folder = base if base.is_dir() else base.parent
+        if folder == repo_root:
+            out.append("")
+        elif repo_root in folder.parents:
+            out.append(folder.relative_to(repo_root).as_posix() + "/")
+        else:
+            # Its files' paths relative to the root cannot be known: no glob could be
+            # trusted to label them, so nothing is indexed.
+            raise UsageError(
+                f"{root} is outside {repo_root}, the root of repository {repository!r} "
+                "that label globs match from: index a folder under it, or pass --repo-root",
+                code="LABELS_OUTSIDE_ROOT",
+            )
+    return out
+
+
+def _files(roots: Sequence[str]) -> list[tuple[Path, str, int]]:
+    """(path, path relative to its root, the root's position) of every file under roots, in
+    path order, once each.
 
     Skipped folders (.git, node_modules, bin, obj, ...) are pruned, not walked and then
     filtered: a repository's .git alone can hold more files than its code.
@@ -133,10 +189,10 @@ def _files(roots: Sequence[str]) -> list[tuple[Path, str]]:
     import os
 
     out = []
-    for root in roots:
+    for number, root in enumerate(roots):
         base = Path(root)
         if base.is_file():
-            out.append((base, base.name))
+            out.append((base, base.name, number))
             continue
         found = []
         for folder, dirs, names in os.walk(base):
@@ -145,7 +201,7 @@ def _files(roots: Sequence[str]) -> list[tuple[Path, str]]:
             for name in names:
                 path = here / name
                 if path.is_file():
-                    found.append((path, path.relative_to(base).as_posix()))
+                    found.append((path, path.relative_to(base).as_posix(), number))
         out += sorted(found, key=lambda item: item[1])
     # A file under two roots given (`src` and `src/Core`) is indexed once, under the first;
     # two files under one relative path would overwrite each other on every run.
@@ -155,7 +211,7 @@ def _files(roots: Sequence[str]) -> list[tuple[Path, str]]:
     owner: dict[str, Path] = {}
     listed: set[Path] = set()
     unique = []
-    for path, rel in out:
+    for path, rel, number in out:
         if nested:  # resolved only then: a system call per file
             real = path.resolve()
             if real in listed:
@@ -168,7 +224,7 @@ def _files(roots: Sequence[str]) -> list[tuple[Path, str]]:
                 f"{owner[rel]} and {path} would both be indexed as {rel}: index a folder "
                 "that holds both, or each under its own --snapshot or --repository"
             )
-        unique.append((path, rel))
+        unique.append((path, rel, number))
     return unique
 
 
@@ -339,8 +395,16 @@ def index_paths(
     embedder: Any = None,
     jobs: int | None = None,
     tokenizers: Sequence[str] = ("cl100k_base",),
+    repo_root: str | None = None,
 ) -> IndexReport:
     """Index files under roots into one repository snapshot.
+
+    label_rules: (glob, labels) matched against each file's path relative to the
+    repository's root (repo_root when given, else the one recorded for the repository,
+    else this first run's first path; see repository_root), so a subfolder indexed with
+    the same rules is labelled the same. A root outside it (LABELS_OUTSIDE_ROOT), or rules
+    none of whose globs matches a file (LABELS_UNMATCHED), is refused before anything is
+    written; the globs that matched nothing are listed in the report (`unmatched_globs`).
 
     tokenizers: encodings whose token counts of each node's text are stored with it, so a
     run's budget steps never encode an indexed text again (an unknown name is a
@@ -360,12 +424,29 @@ def index_paths(
     for name in tokenizers:  # loaded here: forked workers share the loaded encodings
         get_counter(name)
     report = IndexReport(rebuilt=store.rebuilt)
+    root, report.root_replaced = repository_root(store, repository, roots, repo_root)
+    report.repo_root = str(root)
+    prefixes = _label_prefixes(roots, root, repository) if label_rules else [""] * len(roots)
     known = store.file_hashes(repository, snapshot)
     seen: set[str] = set()
     own = str(Path(store.path).resolve())
-    work = _changed_files(roots, own, known, seen, label_rules, progress, report)
+    matched: set[str] = set()
+    work = _changed_files(
+        roots, own, known, seen, (label_rules, prefixes, matched), progress, report
+    )
+    report.unmatched_globs = [glob for glob, _ in label_rules if glob not in matched]
+    if label_rules and not matched:
+        from runtime.errors import UsageError
+
+        raise UsageError(
+            f"no label glob matches any of the {report.files} file(s) under {root} (the "
+            f"root of repository {repository!r} that globs match from): nothing indexed, "
+            "every labelled file would be visible to all",
+            code="LABELS_UNMATCHED",
+        )
     gone = sorted(set(known) - seen)
     with store.batch():
+        store.record_repository_root(repository, str(root))
         if not work and not gone:  # nothing changed: the nodes and edges are the last run's
             report.edges = store.edge_count(repository, snapshot)
             if embedder is not None:
@@ -425,15 +506,20 @@ def _changed_files(
     own: str,
     known: dict[str, str],
     seen: set[str],
-    label_rules: Sequence[tuple[str, list[str]]],
+    labelling: tuple[Sequence[tuple[str, list[str]]], list[str], set[str]],
     progress: Callable[[str, int, int], None] | None,
     report: IndexReport,
 ) -> list[_Work]:
-    """Read every indexable file; return those whose content or labels changed."""
+    """Read every indexable file; return those whose content or labels changed.
+
+    labelling: the label rules, each root's prefix to the repository root, and the set
+    the globs that matched are added to.
+    """
+    label_rules, prefixes, matched = labelling
     own_name = Path(own).name
     work: list[_Work] = []
     files = _files(roots)
-    for done, (path, rel) in enumerate(files, 1):
+    for done, (path, rel, number) in enumerate(files, 1):
         if progress:
             progress("read", done, len(files))
         if path.name.startswith(own_name) and str(path.resolve()).startswith(own):
@@ -451,7 +537,7 @@ def _changed_files(
         report.files += 1
         report.bytes += len(raw)
         seen.add(rel)
-        labels = labels_for(rel, label_rules)
+        labels = labels_for(prefixes[number] + rel, label_rules, matched) if label_rules else []
         digest = hashlib.sha256(raw + repr(labels).encode()).hexdigest()
         if known.get(rel) == digest:
             report.unchanged += 1

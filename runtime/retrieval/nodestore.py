@@ -172,6 +172,11 @@ _SCHEMA = [
     # `runtime index PATH` without --repository reuses the name instead of storing a copy.
     """CREATE TABLE IF NOT EXISTS roots (root TEXT NOT NULL, repository TEXT NOT NULL,
         PRIMARY KEY (root, repository))""",
+    # Each repository's root (an absolute path): label globs match paths relative to it,
+    # whichever folder of it a run indexes (docs/retrieval.md, "Security labels"). Added to
+    # layout 3 without a rebuild: a repository indexed before gets one at its next run.
+    """CREATE TABLE IF NOT EXISTS repository_roots (repository TEXT PRIMARY KEY,
+        root TEXT NOT NULL)""",
 ]
 
 
@@ -503,6 +508,34 @@ class SqliteNodeStore(SearchPasses):
         """Remember that the tree at root (an absolute path) is indexed as repository."""
         with self._write() as db:
             db.execute("INSERT OR IGNORE INTO roots VALUES (?, ?)", (root, repository))
+
+    def repository_root(self, repository: str) -> str | None:
+        """The root recorded for a repository (the folder its label globs match from)."""
+        row = (
+            self.conn()
+            .execute("SELECT root FROM repository_roots WHERE repository = ?", (repository,))
+            .fetchone()
+        )
+        return None if row is None else str(row[0])
+
+    def record_repository_root(self, repository: str, root: str) -> None:
+        """Record (or, given on purpose, change) a repository's root."""
+        if self.repository_root(repository) == root:
+            return  # no write when it stands
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO repository_roots VALUES (?, ?)", (repository, root))
+
+    def labelled_nodes(self, repository: str, snapshot: str) -> int:
+        """How many nodes of a repository snapshot carry labels."""
+        return int(
+            self.conn()
+            .execute(
+                "SELECT count(*) FROM nodes WHERE repository = ? AND snapshot = ?"
+                " AND labels != '[]'",
+                (repository, snapshot),
+            )
+            .fetchone()[0]
+        )
 
     def edge_count(self, repository: str, snapshot: str) -> int:
         """Edges of a repository snapshot."""

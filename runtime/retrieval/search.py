@@ -238,6 +238,14 @@ class SearchPasses:
     # --- reading -------------------------------------------------------------------
     @staticmethod
     def _scope_sql(scope: Scope, alias: str = "n") -> tuple[str, list[Any]]:
+        """SQL (and its arguments) keeping the nodes `alias` the scope may see.
+
+        The index is read as its own witness, the most restricted reading winning (docs/
+        retrieval.md, "A damaged index"): a node is visible only when its label rows and
+        its stored labels (the `labels` column) are both allowed, and when its repository
+        and snapshot columns agree with its id. A row deleted from `node_labels`, or a
+        node moved into another repository by its column alone, hides the node.
+        """
         clauses, args = [], []
         if scope.repository:
             clauses.append(f"{alias}.repository = ?")
@@ -252,6 +260,18 @@ class SearchPasses:
             + (f" AND l.label NOT IN ({marks}))" if allowed else ")")
         )
         args += allowed
+        # The stored labels as well (an unlabelled node's are '[]': one comparison); JSON
+        # that does not parse hides the node.
+        clauses.append(
+            f"({alias}.labels = '[]' OR (json_valid({alias}.labels) AND NOT EXISTS"
+            f" (SELECT 1 FROM json_each({alias}.labels) j"
+            + (f" WHERE j.value NOT IN ({marks}))))" if allowed else ")))")
+        )
+        args += allowed
+        clauses.append(
+            f"substr({alias}.id, 1, length({alias}.repository) + length({alias}.snapshot) + 4)"
+            f" = {alias}.repository || '::' || {alias}.snapshot || '::'"
+        )
         return " AND ".join(clauses), args
 
     @staticmethod
@@ -667,12 +687,14 @@ class SearchPasses:
         prefix = (filters or {}).get("path_prefix") or ""
         # Unranked: BM25 over every match costs three times the match itself, and the
         # order here is the names' cover, not BM25.
+        where, args = self._scope_sql(scope)  # checked again, as in _bm25
         rows = (
             self.conn()
             .execute(
-                "SELECT n.id, n.path, n.kind, n.name FROM nodes_fts f "
-                "JOIN nodes n ON n.rowid = f.rowid WHERE nodes_fts MATCH ? LIMIT ?",
-                (expr, SPELLED_CANDIDATES),
+                "SELECT n.id, n.path, n.kind, n.name FROM (SELECT rowid FROM nodes_fts"
+                " WHERE nodes_fts MATCH ? LIMIT ?) f "
+                f"JOIN nodes n ON n.rowid = f.rowid WHERE {where}",
+                (expr, SPELLED_CANDIDATES, *args),
             )
             .fetchall()
         )
@@ -798,6 +820,10 @@ class SearchPasses:
         if hidden:
             expr = f"({expr}) NOT {hidden}"
         prefix = (filters or {}).get("path_prefix")
+        # The meta tokens only narrow the match: the rows found are checked against the
+        # scope again, so a label token missing from the full-text index hides nothing
+        # the tables hide.
+        where, args = self._scope_sql(scope)
         db = self.conn()
         window = top_k if not prefix else max(top_k * 8, 64)
         while True:  # only a path prefix is applied after ranking; the window grows until exact
@@ -805,8 +831,9 @@ class SearchPasses:
                 f"SELECT n.id, f.score, n.path, n.kind, n.name FROM (SELECT rowid, {_BM25} AS score "
                 "FROM nodes_fts WHERE nodes_fts MATCH ? ORDER BY score LIMIT ?) f "
                 "JOIN nodes n ON n.rowid = f.rowid "
-                "WHERE (? IS NULL OR substr(n.path, 1, length(?)) = ?) ORDER BY f.score, n.id LIMIT ?",
-                [expr, window, prefix, prefix, prefix, top_k],
+                "WHERE (? IS NULL OR substr(n.path, 1, length(?)) = ?) "
+                f"AND {where} ORDER BY f.score, n.id LIMIT ?",
+                [expr, window, prefix, prefix, prefix, *args, top_k],
             ).fetchall()
             if len(rows) >= top_k or not prefix:
                 break
