@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -52,7 +53,9 @@ def _check_model(services: Any) -> None:
         raise UsageError(f"--model: {exc.message}", code=exc.code) from exc
 
 
-def _print_result(result: Any, as_json: bool, progress: Any = None) -> None:
+def _print_result(
+    result: Any, as_json: bool, progress: Any = None, store: str | None = None
+) -> None:
     # A value the terminal already showed as a streamed reply is not printed again.
     shown = progress.already_shown if progress is not None else (lambda text: False)
     warnings = list(progress.warnings) if progress is not None else []
@@ -81,7 +84,9 @@ def _print_result(result: Any, as_json: bool, progress: Any = None) -> None:
             click.echo(f"hint: {e.hint}", err=True)
         if e.code in RESUMABLE:
             click.echo(
-                f"[run {result.run_id} failed; resume with: runtime resume {result.run_id}]",
+                # The line is copied as printed: it names the store when one was given.
+                f"[run {result.run_id} failed; resume with: runtime resume {result.run_id}"
+                f"{' --store ' + shlex.quote(store) if store else ''}]",
                 err=True,
             )
         else:
@@ -100,10 +105,10 @@ def _progress(pipeline: Any, as_json: bool, first_step: str | None) -> Any:
     )
 
 
-def _run(engine_call: Any, as_json: bool, progress: Any) -> None:
+def _run(engine_call: Any, as_json: bool, progress: Any, store: str | None = None) -> None:
     with progress:
         result = engine_call(progress.event_listener)
-    _print_result(result, as_json, progress)
+    _print_result(result, as_json, progress, store)
     sys.exit(0 if result.status == "completed" else 1)
 
 
@@ -242,6 +247,7 @@ def exec_(
         lambda ev: engine.run(inputs, run_id=run_id, max_steps=max_steps, on_event=ev),
         as_json,
         progress,
+        store,
     )
 
 
@@ -252,15 +258,29 @@ def exec_(
     type=click.Path(dir_okay=False),
     help="Run store (default $RUNTIME_STORE or .runtime/runs.db); it must exist.",
 )
-@click.option("--force", is_flag=True, help="Resume even though the pipeline changed.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Resume even though the pipeline changed, or with a --model, --index or tokenizer "
+    "other than the run was started with (the trace records what changed).",
+)
 @click.option(
     "--durability",
     type=click.Choice(["normal", "full"]),
     help="Checkpoint durability: normal (WAL, no fsync per checkpoint; the default) or "
     "full (fsync every checkpoint). Overrides settings.durability.",
 )
-@click.option("--index", "index_path", type=click.Path(dir_okay=False), help="Node index.")
-@click.option("--model", "model_spec", help="Model spec, as for exec.")
+@click.option(
+    "--index",
+    "index_path",
+    type=click.Path(dir_okay=False),
+    help="Node index (default: the one the run was started with).",
+)
+@click.option(
+    "--model",
+    "model_spec",
+    help="Model spec, as for exec (default: the one the run was started with).",
+)
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object with the run's result."
 )
@@ -274,7 +294,12 @@ def resume(
     model_spec: str | None,
     as_json: bool,
 ) -> None:
-    """Resume a crashed or failed run from its last checkpoint."""
+    """Resume a crashed or failed run from its last checkpoint.
+
+    The run goes on with the model, index and tokenizer it was started with (what
+    --model and the environment, such as $OPENAI_BASE_URL, resolved to then). One given
+    differently is refused (RESUME_CHOICE_CHANGED, exit 2) unless --force.
+    """
     from runtime.engine import Engine
     from runtime.engine.services import Services
     from runtime.engine.store import SqliteRunStore
@@ -295,4 +320,4 @@ def resume(
     )
     _check_model(services)
     engine = Engine(loaded, services=services, store=run_store, durability=durability)
-    _run(lambda ev: engine.resume(run_id, force=force, on_event=ev), as_json, progress)
+    _run(lambda ev: engine.resume(run_id, force=force, on_event=ev), as_json, progress, store)

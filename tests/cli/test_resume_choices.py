@@ -8,6 +8,7 @@ then showed as completed. Each test here talks to a small chat server on 127.0.0
 from __future__ import annotations
 
 import json
+import shlex
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -308,3 +309,15 @@ def test_run_started_records_the_choices(runner, folder, server):
     }
     assert choices["index"] == str(folder / ".runtime" / "index.db")
     assert choices["tokenizer"] == "cl100k_base"
+
+
+def test_the_printed_resume_line_names_the_store_it_was_given(runner, folder, server):
+    store = str(folder / "elsewhere" / "my runs.db")
+    result = exec_(runner, folder, "--model", f"openai:m@{server.url}", "--store", store)
+    assert result.exit_code == 1
+    [line] = [ln for ln in result.stderr.splitlines() if "resume with:" in ln]
+    printed = shlex.split(line.split("resume with: ", 1)[1].rstrip("]"))
+    assert printed == ["runtime", "resume", "r1", "--store", store]
+    done = runner.invoke(cli, printed[1:])
+    assert done.exit_code == 0, done.stderr
+    assert len(server.bodies) == 3

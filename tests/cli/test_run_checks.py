@@ -260,7 +260,9 @@ def test_the_resume_hint_only_where_resuming_can_help(runner, files, monkeypatch
     )
     boom = exec_(runner, files, "--run-id", "b1", pipeline="boom.yaml")
     assert boom.exit_code == 1
-    assert boom.stderr.splitlines()[-1] == "[run b1 failed; resume with: runtime resume b1]"
+    assert boom.stderr.splitlines()[-1] == (
+        f"[run b1 failed; resume with: runtime resume b1 --store {files / 'runs.db'}]"
+    )
 
 
 # --- reading commands refuse a missing store; URLs are refused ----------------------------
