@@ -408,6 +408,16 @@ class CallModel(Action):
             else:
                 history = ctx.thread(thread)
                 info.update(thread_messages=len(history), preamble_tokens=0)
+                if thread_from == "previous step" and not history:
+                    # No thread named, and the previous step's holds nothing: the step starts
+                    # an empty conversation (validate warns: THREAD_FALLBACK_EMPTY).
+                    ctx.trace(
+                        "THREAD_FALLBACK_EMPTY",
+                        thread=thread,
+                        previous=ctx.arrival_from,
+                        note="no thread is named and the previous step's id names an empty "
+                        "thread: this full step starts a new conversation",
+                    )
                 return history + own, own, info
         view = self.run_view(ctx)
         counter = ctx.services.tokens_for(provider.config)

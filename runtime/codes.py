@@ -185,6 +185,16 @@ _CODES: list[Code] = [
         "Move the field to the model step it is meant for, or remove it.",
     ),
     Code(
+        "THREAD_FALLBACK_EMPTY",
+        "graph",
+        "A step arrived at in fidelity `full` names no thread (no thread_id on the step or "
+        "the transition, no settings.default_thread, no group), so it joins the thread named "
+        "after the previous step, which no other model step joins: it starts an empty "
+        "conversation instead of continuing one. The run's trace says so too.",
+        "Name the thread the step should continue: thread_id on the step or the transition, "
+        "settings.default_thread, or a group shared with the steps before it.",
+    ),
+    Code(
         "ERROR_CODE_UNKNOWN",
         "graph",
         "A step's `catch` or `retry.on` names an error code that is not in the code table, so "

@@ -397,6 +397,63 @@ def check_fidelity_readers(graph: Graph, reads: Callable[[str], bool]) -> Iterat
                 )
 
 
+def check_thread_fallback(
+    graph: Graph, settings: Mapping[str, Any], reads: Callable[[str], bool]
+) -> Iterator[Finding]:
+    """A `full` arrival that names no thread joins the previous step's id: a warning when no
+    other model step joins that thread, so the step starts an empty conversation.
+
+    The thread of a `full` step is the step's thread_id, the transition's, default_thread,
+    the step's group, else the previous step's id (docs/fidelity.md). A chain of `full` steps
+    that names none breaks at its third step: the second appended to the first's thread, and
+    the third looks for the second's. Only model steps (`reads`) join threads.
+    """
+    from runtime.context.fidelity import resolve_mode, resolve_thread
+
+    entry = settings.get("entry_step_id")
+    entry = entry if isinstance(entry, str) else (graph.ids[0] if graph.ids else None)
+    # (step, previous step or None, the arrival's attributes, where to warn)
+    arrivals: list[tuple[str, str | None, Mapping[str, str], tuple[str | int, ...]]] = []
+    if entry in graph.pos:
+        arrivals.append((entry, None, {}, ()))
+    for sid in graph.ids:
+        for edge, path in graph.edges[sid]:
+            if edge.target in graph.pos:
+                arrivals.append((edge.target, sid, edge.attrs, path))
+    joined: dict[str, set[str]] = {}  # thread -> the steps that join it
+    fallbacks = []
+    for sid, previous, attrs, path in arrivals:
+        if sid in graph.unknown or not reads(sid):
+            continue
+        step = graph.steps[_index_of(graph, sid)]
+        if resolve_mode(attrs, step, settings)[0] != "full":
+            continue
+        thread, source = resolve_thread(sid, step, attrs, settings, previous)
+        joined.setdefault(thread, set()).add(sid)
+        if source == "previous step":
+            fallbacks.append((sid, thread, attrs, path))
+    seen: set[tuple[str, str]] = set()
+    for sid, thread, attrs, path in fallbacks:
+        if joined[thread] - {sid} or (sid, thread) in seen:
+            continue
+        seen.add((sid, thread))
+        i = _index_of(graph, sid)
+        if "fidelity" in attrs:
+            where: tuple[str | int, ...] = (*path[:-1], "fidelity")
+        elif "fidelity" in graph.steps[i]:
+            where = ("steps", i, "fidelity")
+        else:
+            where = ("steps", i, "id")
+        yield Finding(
+            "THREAD_FALLBACK_EMPTY",
+            f"step {sid!r} runs in fidelity full and no thread is named, so arriving from "
+            f"{thread!r} it joins thread {thread!r} (the previous step's id), which no other "
+            "model step joins: it starts an empty conversation",
+            where,
+            severity="warning",
+        )
+
+
 def check_inputs(inputs: Any, engine_owned: frozenset[str]) -> Iterator[Finding]:
     """Declared inputs may not take the name of an engine-owned field."""
     if not isinstance(inputs, Mapping):

@@ -499,6 +499,7 @@ def _semantic_pass(
         for f in chain(
             checks.run_all(plain_steps, settings, registry, doubtful, graph=step_graph),
             checks.check_fidelity_readers(step_graph, readers),
+            checks.check_thread_fallback(step_graph, settings, readers),
         ):
             emit(f.path, f.code, f.message, hint=f.hint, severity=f.severity, key=f.key)
         if ("inputs",) not in failed:  # `inputs: 5`: which variables come in is unknown
