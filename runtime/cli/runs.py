@@ -246,6 +246,7 @@ def _render_messages(calls: list[dict[str, Any]]) -> str:
         )
         what = "rejected prompt, not sent" if call["type"] != "MODEL_CALL" else "model call"
         out.append(f"=== {call['step_id']}: {what} {n} of {len(calls)} ({about}) ===\n")
+        names: dict[str, str] = {}  # tool call id -> tool name, to label the results
         for i, message in enumerate(call.get("messages") or [], 1):
             out.append(f"--- message {i}: {_turn(message, names)} ---\n")
             content = message.get("content")
@@ -255,7 +256,6 @@ def _render_messages(calls: list[dict[str, Any]]) -> str:
             for c in message.get("tool_calls") or ():
                 fn = c.get("function") or {}
                 out.append(f"tool call {c.get('id')}: {fn.get('name')} {fn.get('arguments')}\n")
-        names: dict[str, str] = {}  # tool call id -> tool name, to label the results
     return "".join(out)
 
 
