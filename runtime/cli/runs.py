@@ -11,7 +11,8 @@ import click
 
 from runtime.cli._common import handle_errors
 
-STATUSES = ("running", "completed", "failed")
+# interrupted: left running by a process that is gone (runtime/engine/owner.py)
+STATUSES = ("running", "interrupted", "completed", "failed")
 
 
 @click.command()
@@ -45,8 +46,9 @@ def runs(
     # The model of calls that name none (--model, else the pipeline's); "-": not recorded.
     models = {r["run_id"]: r.get("model") or "-" for r in rows}
     model_width = max(len("MODEL"), *(len(m) for m in models.values()))
+    sw = max(9, *(len(r["status"]) for r in rows))  # status width
     header = (
-        f"{'RUN ID':<{id_width}}  {'STATUS':<9}  {'STARTED':<19}  {'SECONDS':>9}  "
+        f"{'RUN ID':<{id_width}}  {'STATUS':<{sw}}  {'STARTED':<19}  {'SECONDS':>9}  "
         f"{'STEPS':>5}  {'PIPELINE':<{name_width}}  {'MODEL':<{model_width}}  ERROR"
     )
     click.echo(header)
@@ -54,11 +56,19 @@ def runs(
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"]))
         err = r["error"]["code"] if r["error"] else ""
         line = (
-            f"{r['run_id']:<{id_width}}  {r['status']:<9}  {started:<19}  {r['seconds']:>9.3f}  "
+            f"{r['run_id']:<{id_width}}  {r['status']:<{sw}}  {started:<19}  {r['seconds']:>9.3f}  "
             f"{r['steps']:>5}  {r['pipeline']!s:<{name_width}}  "
             f"{models[r['run_id']]:<{model_width}}  {err}"
         )
         click.echo(line.rstrip())
+    where = f" --store {store}" if store else ""
+    for r in rows:
+        if r["status"] == "interrupted":
+            click.echo(
+                f"run {r['run_id']} was left running by a process that is gone; resume with: "
+                f"runtime resume {r['run_id']}{where}",
+                err=True,
+            )
 
 
 @click.command()

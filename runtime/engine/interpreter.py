@@ -35,6 +35,7 @@ from runtime.errors import (
     RunError,
     StepRuntimeError,
 )
+from runtime.format import changes
 from runtime.format.access import mapping
 from runtime.format.compat import NOT_YET_SUPPORTED, not_yet_supported_message
 from runtime.format.pipeline import Pipeline, Step
@@ -271,7 +272,10 @@ class Engine:
         if saved["status"] == "completed":
             raise RunError(f"run {run_id} has completed", code="RUN_NOT_RESUMABLE")
         if saved["content_hash"] != self.pipeline.content_hash and not force:
-            raise RunError(f"pipeline changed since run {run_id} started", code="PIPELINE_CHANGED")
+            what = changes.since(self.store.pipeline_parts(run_id), self.pipeline)
+            raise RunError(
+                f"pipeline changed since run {run_id} started: {what}", code="PIPELINE_CHANGED"
+            )
         # The recorded model, index and tokenizer; one given differently is refused unless forced.
         resumed = run_choices.reconcile(
             run_id, self.store.choices(run_id), self.services, self._model_names, force=force

@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runtime.context.pointers import index_for
+from runtime.engine.owner import is_gone, this_process
 from runtime.errors import RunError, StoreError, refuse_url
+from runtime.format.changes import fingerprint
 
 DEFAULT_PATH = ".runtime/runs.db"
 
@@ -75,6 +77,9 @@ class RunStore(Protocol):
 
     def load(self, run_id: str) -> dict[str, Any]:
         """The last checkpoint of a run."""
+
+    def pipeline_parts(self, run_id: str) -> dict[str, Any] | None:
+        """The run's pipeline part by part (runtime/format/changes.py); None: not recorded."""
 
     def set_status(self, run_id: str, status: str, *, durability: str | None = None) -> None:
         """Change a run's status."""
@@ -228,6 +233,32 @@ CHUNK = 16_384
 DURABILITY = {"normal": "NORMAL", "full": "FULL"}  # -> PRAGMA synchronous
 
 
+def _owner(text: str | None) -> dict[str, Any] | None:
+    """A stored owner record; None when none was recorded or it is not one."""
+    try:
+        owner = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return owner if isinstance(owner, dict) else None
+
+
+def _m9_pipeline_parts(db: sqlite3.Connection) -> None:
+    """A run's pipeline, part by part as short hashes, so PIPELINE_CHANGED can say what changed.
+
+    runtime/format/changes.py; runs stored before this migration have none, and their
+    PIPELINE_CHANGED says that it cannot tell.
+    """
+    db.execute("ALTER TABLE runs ADD COLUMN pipeline_parts TEXT")
+
+
+def _m10_run_owner(db: sqlite3.Connection) -> None:
+    """The process running a run (host, pid, start time): runtime/engine/owner.py."""
+    db.execute("ALTER TABLE runs ADD COLUMN owner TEXT")
+
+
+MIGRATIONS += [("m009_pipeline_parts", _m9_pipeline_parts), ("m010_run_owner", _m10_run_owner)]
+
+
 class _RunMemo:
     """What a store remembers of a run between checkpoints: stored hashes, stored steps."""
 
@@ -351,12 +382,16 @@ class SqliteRunStore:
         """
         now = time.time()
         data = self._event_rows(run_id, events or [])
+        # What a resume compares part by part, and the process running the run.
+        parts = json.dumps(fingerprint(pipeline))
+        owner = json.dumps(this_process())
 
         def fn(db: sqlite3.Connection) -> None:
             try:
                 db.execute(
                     "INSERT INTO runs (id, pipeline, file, content_hash, status, created_at,"
-                    " updated_at, durability) VALUES (?, ?, ?, ?, 'running', ?, ?, ?)",
+                    " updated_at, durability, pipeline_parts, owner)"
+                    " VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
                     (
                         run_id,
                         pipeline.name,
@@ -365,6 +400,8 @@ class SqliteRunStore:
                         now,
                         now,
                         durability,
+                        parts,
+                        owner,
                     ),
                 )
             except sqlite3.IntegrityError as exc:
@@ -512,14 +549,25 @@ class SqliteRunStore:
         self._tx(fn)
 
     def set_status(self, run_id: str, status: str, *, durability: str | None = None) -> None:
-        """Change a run's status."""
+        """Change a run's status; a run set running (resumed) is owned by this process."""
+        owner = json.dumps(this_process()) if status == "running" else None
         self._tx(
             lambda db: db.execute(
-                "UPDATE runs SET status = ?, updated_at = ? WHERE id = ?",
-                (status, time.time(), run_id),
+                "UPDATE runs SET status = ?, updated_at = ?, owner = coalesce(?, owner)"
+                " WHERE id = ?",
+                (status, time.time(), owner, run_id),
             ),
             durability,
         )
+
+    def pipeline_parts(self, run_id: str) -> dict[str, Any] | None:
+        """The run's pipeline as recorded part by part (runtime/format/changes.py); None: not."""
+        row = (
+            self._conn()
+            .execute("SELECT pipeline_parts FROM runs WHERE id = ?", (run_id,))
+            .fetchone()
+        )
+        return json.loads(row[0]) if row is not None and row[0] else None
 
     def choices(self, run_id: str) -> dict[str, Any] | None:
         """The choices a run was started with (runtime/engine/choices.py); None: not recorded."""
@@ -625,31 +673,39 @@ class SqliteRunStore:
     def runs(
         self, limit: int = 50, *, status: str | None = None, pipeline: str | None = None
     ) -> list[dict[str, Any]]:
-        """Recent runs, newest first; only those with this status and pipeline name when given."""
+        """Recent runs, newest first; only those with this status and pipeline name when given.
+
+        A `running` run whose process is gone (runtime/engine/owner.py) is listed as
+        `interrupted`, and `status="interrupted"` selects those.
+        """
         where, args = [], []
-        for column, value in (("status", status), ("pipeline", pipeline)):
+        stored = "running" if status == "interrupted" else status
+        for column, value in (("status", stored), ("pipeline", pipeline)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
         # steps and the last update come from the checkpoint row when there is one
         sql = (
             "SELECT id, pipeline, status, created_at, max(r.updated_at, coalesce(c.updated_at,"
-            " 0)), coalesce(c.steps, r.steps), error, json_extract(ch.choices, '$.main')"
-            " FROM runs r LEFT JOIN checkpoints c ON c.run_id = r.id"
+            " 0)), coalesce(c.steps, r.steps), error, json_extract(ch.choices, '$.main'),"
+            " r.owner FROM runs r LEFT JOIN checkpoints c ON c.run_id = r.id"
             " LEFT JOIN run_choices ch ON ch.run_id = r.id "
         )
         if where:
             sql += "WHERE " + " AND ".join(where) + " "
+        # running and interrupted are told apart here: the limit applies after that
+        cap = -1 if stored == "running" else limit
         rows = (
-            self._conn()
-            .execute(sql + "ORDER BY created_at DESC LIMIT ?", (*args, limit))
-            .fetchall()
+            self._conn().execute(sql + "ORDER BY created_at DESC LIMIT ?", (*args, cap)).fetchall()
         )
+        statuses = [
+            "interrupted" if r[2] == "running" and is_gone(_owner(r[8])) else r[2] for r in rows
+        ]
         return [
             {
                 "run_id": r[0],
                 "pipeline": r[1],
-                "status": r[2],
+                "status": shown,
                 "created_at": r[3],
                 "updated_at": r[4],
                 "seconds": round(r[4] - r[3], 3),
@@ -657,8 +713,9 @@ class SqliteRunStore:
                 "error": json.loads(r[6]) if r[6] else None,
                 "model": r[7],  # the model of calls that name none; None: not recorded
             }
-            for r in rows
-        ]
+            for r, shown in zip(rows, statuses, strict=True)
+            if status is None or shown == status
+        ][:limit]
 
     # --- context pointers (runtime/context/pointers.py) ---------------------------
     def put_original(self, run_id: str, pointer_id: str, sha256: str, kind: str, text: str) -> None:

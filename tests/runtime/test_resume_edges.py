@@ -183,7 +183,7 @@ def test_sigkill_before_the_first_checkpoint_resumes_from_the_entry(tmp_path, mo
 
     store = runtime.SqliteRunStore(db)
     [row] = store.runs()
-    assert (row["run_id"], row["status"], row["steps"]) == ("early", "running", 0)
+    assert (row["run_id"], row["status"], row["steps"]) == ("early", "interrupted", 0)
     # RUN_STARTED was stored with the run (issue 25: a kill before the first checkpoint lost it)
     assert [e["type"] for e in store.events("early")] == ["RUN_STARTED"]
 

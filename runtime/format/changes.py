@@ -1,0 +1,92 @@
+"""What changed in a pipeline between two loads: part by part, for PIPELINE_CHANGED.
+
+A run records its pipeline's content hash (what `resume` compares) and, beside it, a
+fingerprint: a short hash of every step (by id), every setting, every other top-level
+field and every prompt file the steps name, and the order of the steps. When the hash
+differs on resume, comparing the stored fingerprint with the current one says which
+of those parts differ, without storing the pipeline itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+# Hex digits kept of each part's SHA-256: enough to tell two versions of a part apart.
+_DIGITS = 16
+
+
+def _hash(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:_DIGITS]
+
+
+def fingerprint(pipeline: Any) -> dict[str, Any]:
+    """The parts of a pipeline (`runtime.format.pipeline.Pipeline`) as short hashes."""
+    raw: Mapping[str, Any] = pipeline.raw
+    steps = [s for s in raw.get("steps") or [] if isinstance(s, Mapping)]
+    settings = raw.get("settings")
+    return {
+        "steps": {str(s.get("id")): _hash(s) for s in steps},
+        "order": [str(s.get("id")) for s in steps],
+        "settings": {
+            str(k): _hash(v) for k, v in (settings.items() if isinstance(settings, Mapping) else ())
+        },
+        "fields": {str(k): _hash(v) for k, v in raw.items() if k not in ("steps", "settings")},
+        "prompts": {
+            key: None if sha is None else sha[:_DIGITS]
+            for key, sha in pipeline.prompt_files().items()
+        },
+    }
+
+
+def _parts(old: Mapping[str, Any], new: Mapping[str, Any], name: Callable[[str], str]) -> list[str]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        if key not in new:
+            out.append(f"{name(key)} removed")
+        elif key not in old:
+            out.append(f"{name(key)} added")
+        elif old[key] != new[key]:
+            out.append(f"{name(key)} changed")
+    return out
+
+
+def describe(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """The parts that differ, in words ("step 'answer' changed, settings.top_k added"); '' if none.
+
+    Steps come first in the current order, then the order of the steps, settings,
+    other top-level fields and prompt files.
+    """
+    old_steps, new_steps = dict(old.get("steps") or {}), dict(new.get("steps") or {})
+    ordered = [*new.get("order", []), *[s for s in old.get("order", []) if s not in new_steps]]
+    rank = {sid: n for n, sid in enumerate(ordered)}
+    steps = sorted(set(old_steps) | set(new_steps), key=lambda s: rank.get(s, len(rank)))
+    out = []
+    for sid in steps:
+        if sid not in new_steps:
+            out.append(f"step {sid!r} removed")
+        elif sid not in old_steps:
+            out.append(f"step {sid!r} added")
+        elif old_steps[sid] != new_steps[sid]:
+            out.append(f"step {sid!r} changed")
+    kept_old = [s for s in old.get("order", []) if s in new_steps]
+    kept_new = [s for s in new.get("order", []) if s in old_steps]
+    if kept_old != kept_new:
+        out.append("the order of the steps changed")
+    out += _parts(old.get("settings") or {}, new.get("settings") or {}, "settings.{}".format)
+    out += _parts(old.get("fields") or {}, new.get("fields") or {}, "`{}`".format)
+    out += _parts(old.get("prompts") or {}, new.get("prompts") or {}, "prompt {!r}".format)
+    return ", ".join(out)
+
+
+def since(stored: Mapping[str, Any] | None, pipeline: Any) -> str:
+    """What differs between a run's recorded pipeline and `pipeline`, for PIPELINE_CHANGED."""
+    if stored is None:
+        return (
+            "the run was stored before runs recorded their pipeline part by part, so what "
+            "changed cannot be told"
+        )
+    return describe(stored, fingerprint(pipeline)) or "no recorded part differs"

@@ -1,0 +1,115 @@
+"""`runtime runs`: a run left `running` by a killed process shows as interrupted, with the
+resume hint; a run whose process still runs stays `running` (runtime/engine/owner.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runtime.cli import cli
+from runtime.engine.store import SqliteRunStore
+
+CHILD = """
+import pathlib, sys, time
+from runtime.contract.action import Action
+from runtime.contract.registry import Registry
+from runtime.engine import Engine
+from runtime.engine.store import SqliteRunStore
+from runtime.format.pipeline import Pipeline
+
+class Stall(Action):
+    name = "stall"
+    runnable = True
+    def run(self, ctx):
+        pathlib.Path(sys.argv[2]).write_text("entered")
+        time.sleep(120)
+
+pipeline = Pipeline.from_dict({"name": "stalls", "settings": {"entry_step_id": "s"},
+                               "steps": [{"id": "s", "action": "stall", "end": True}]})
+Engine(pipeline, registry=Registry.from_classes(Stall), store=SqliteRunStore(sys.argv[1])).run(
+    {}, run_id=sys.argv[3])
+"""
+
+
+def _stalled(folder: Path, run_id: str) -> subprocess.Popen[bytes]:
+    """A child process running `run_id`, stopped inside its first step."""
+    entered = folder / f"{run_id}.entered"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(folder / "runs.db"), str(entered), run_id]
+    )
+    deadline = time.time() + 60
+    while not entered.exists() and time.time() < deadline and child.poll() is None:
+        time.sleep(0.01)
+    assert entered.exists(), "the child never reached its step"
+    return child
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    """`dead`: its process killed with SIGKILL (and reaped); `live`: its process still running."""
+    dead = _stalled(tmp_path, "dead")
+    dead.send_signal(signal.SIGKILL)
+    dead.wait()
+    live = _stalled(tmp_path, "live")
+    yield tmp_path / "runs.db", live.pid
+    live.send_signal(signal.SIGKILL)
+    live.wait()
+
+
+def test_a_killed_run_shows_as_interrupted_with_the_resume_hint(runner, two_runs):
+    db, _live = two_runs
+    result = runner.invoke(cli, ["runs", "--store", str(db)])
+    assert result.exit_code == 0
+    rows = {line.split()[0]: line.split()[1] for line in result.stdout.splitlines()[1:]}
+    assert rows == {"live": "running", "dead": "interrupted"}
+    assert result.stderr == (
+        "run dead was left running by a process that is gone; resume with: "
+        f"runtime resume dead --store {db}\n"
+    )
+
+
+def test_status_filters_tell_interrupted_from_running(runner, two_runs):
+    db, _live = two_runs
+
+    def listed(status: str) -> list[tuple[str, str]]:
+        out = runner.invoke(cli, ["runs", "--store", str(db), "--status", status, "--json"])
+        assert out.exit_code == 0
+        return [(r["run_id"], r["status"]) for r in json.loads(out.stdout)]
+
+    assert listed("interrupted") == [("dead", "interrupted")]
+    assert listed("running") == [("live", "running")]
+    assert listed("completed") == []
+
+
+def test_a_resumed_run_belongs_to_the_process_resuming_it(runner, two_runs):
+    db, _live = two_runs
+    store = SqliteRunStore(str(db))
+    store.set_status("dead", "running")  # as Engine.resume does before its first step
+    assert {r["run_id"]: r["status"] for r in store.runs()} == {
+        "live": "running",
+        "dead": "running",
+    }
+    store.finish("dead", "failed", None, {"code": "RUN_CANCELLED", "message": "x"})
+    assert {r["run_id"]: r["status"] for r in store.runs()} == {
+        "live": "running",
+        "dead": "failed",
+    }
+
+
+def test_a_pid_reused_by_a_later_process_is_not_the_owner(tmp_path):
+    from runtime.engine.owner import is_gone, this_process
+
+    me = this_process()
+    assert is_gone(me) is False
+    assert is_gone({**me, "host": "another-host"}) is False  # cannot be checked from here
+    assert is_gone(None) is False  # recorded before owners were
+    if me["started"] is not None:  # Linux: /proc gives the start time
+        assert is_gone({**me, "started": me["started"] - 1}) is True
+    os.kill(os.getpid(), 0)  # this process is alive, so only the start time told it apart
