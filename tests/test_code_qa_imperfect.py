@@ -118,3 +118,31 @@ def test_the_structured_steps_schemas_say_what_the_routers_need(code_qa):
     assert steps["route"]["json_schema"]["required"] == ["decision", "query"]
     assert steps["check"]["json_schema"]["required"] == ["decision"]
     assert steps["search"]["fallback_query_from"] == "question"
+
+
+def test_a_small_window_shortens_summaries_instead_of_failing(code_qa, sample_index, tmp_path):
+    # A 3,000-token window with a 0.3 margin (a local model counted with cl100k_base): at
+    # the configured 200-token summaries the pointer blocks alone overflow the answer's
+    # budget; shorter summaries fit, and the decision says so.
+    route = {"decision": "retrieve", "query": "OrderLines stored procedure"}
+    cassette = tmp_path / "small.jsonl"
+    first = {"step_id": "route", "response": json.dumps(route), "context_window": 3000}
+    lines = [
+        {**first, "token_margin": 0.3},
+        {"step_id": "check", "response": '{"decision": "sufficient"}'},
+        {"step_id": "answer", "response": "ok"},
+    ]
+    cassette.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    services = runtime.Services(
+        settings=code_qa.settings,
+        node_store=sample_index,
+        model_spec=f"replay:{cassette}",
+        base_dir=str(code_qa.base_dir),
+    )
+    r = runtime.Runner(code_qa, services=services).run({"question": QUESTION})
+    assert r.status == "completed", r.error
+    [decision] = of(r, "CONTEXT_BUDGET_DECISION", "answer")
+    assert decision["decision"] == "needs_summary" and "shortened to" in decision["reason"]
+    sizes = {s["summary_tokens"] for s in decision["summaries"] if "summary_tokens" in s}
+    assert sizes and max(sizes) < 200
+    assert decision["prompt_tokens"] <= decision["budget"]

@@ -92,6 +92,10 @@ class PolicyConfig:
     emergency_floor: int = DEFAULT_EMERGENCY_FLOOR
 
 
+# The shortest summary the policy shortens to before it rejects (summarisers floor at 16).
+_MIN_SHRUNK = 16
+
+
 def policy_config(settings: Mapping[str, Any], step: Mapping[str, Any]) -> PolicyConfig:
     """The policy of one step: none configured is off (overflow is CONTEXT_OVERFLOW)."""
     merged: dict[str, Any] = {}
@@ -487,6 +491,23 @@ def enforce(
         )
     else:
         tokens = fits()
+    # Every payload is behind a pointer and the blocks still overflow: shorter summaries,
+    # halving down to the smallest a summariser writes, before anything is rejected (a small
+    # window, such as a local model's 2,048, holds few blocks at the configured size).
+    size = cfg.summary_tokens
+    while replaced and (tokens is None or tokens > budget) and size > _MIN_SHRUNK:
+        size = max(_MIN_SHRUNK, size // 2)
+        for seg, entry in zip(replaced, summarised, strict=True):
+            if summarise_with is not None:
+                pointer = summarise_with(seg, size)
+            else:
+                pointer = point(seg, store_used, run_id, counter, size, way_back=way_back)
+            after = counter.count_cached(pointer.display_text)
+            if after < sizes[id(seg)]:
+                seg.pointer = pointer
+                sizes[id(seg)] = after
+                entry.update(ptr.as_mapping(pointer), tokens_after=after, summary_tokens=size)
+        tokens = fits()
     if tokens is None:  # still over: exact when known, else the lower bound
         tokens = (
             prompt_tokens(work, counter, overhead)
@@ -513,9 +534,11 @@ def enforce(
             breakdown=numbers,
             **base,
         )
+    shrunk = size < cfg.summary_tokens
     return Decision(
         "needs_summary",
-        f"{len(summarised)} payload(s) summarised behind pointers",
+        f"{len(summarised)} payload(s) summarised behind pointers"
+        + (f" (summaries shortened to {size} tokens to fit)" if shrunk else ""),
         tokens,
         original,
         deficit=original - budget,
