@@ -116,7 +116,12 @@ def reference(folder: Path) -> dict[str, Any]:
     db = str(folder / "ref.db")
     inputs = json.loads((folder / "in.json").read_text())
     pipeline = runtime.load(str(folder / "p.yaml"))
-    done = Engine(pipeline, store=runtime.SqliteRunStore(db)).run(inputs, run_id="k")
+    here = os.getcwd()
+    os.chdir(folder)  # as `runtime exec` runs there: the run records its index path
+    try:
+        done = Engine(pipeline, store=runtime.SqliteRunStore(db)).run(inputs, run_id="k")
+    finally:
+        os.chdir(here)
     assert done.status == "completed", done.error
     store = runtime.SqliteRunStore(db)
     events = store.events("k")
