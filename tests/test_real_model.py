@@ -49,8 +49,18 @@ def llama(tmp_path_factory):
     log = tmp_path_factory.mktemp("llama") / "server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [str(BINARY), "-m", str(GGUF), "--host", "127.0.0.1", "--port", str(port)]
-            + ["-c", "2048", "--no-repack"],
+            [
+                str(BINARY),
+                "-m",
+                str(GGUF),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "-c",
+                "8192",
+                "--no-repack",
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -74,8 +84,17 @@ def llama(tmp_path_factory):
 def work(tmp_path_factory):
     folder = tmp_path_factory.mktemp("work")
     subprocess.run(
-        [sys.executable, "-m", "runtime", "index", "pipelines/sample/eshop"]
-        + ["--repository", "eshop", "--index", str(folder / "index.db")],
+        [
+            sys.executable,
+            "-m",
+            "runtime",
+            "index",
+            "pipelines/sample/eshop",
+            "--repository",
+            "eshop",
+            "--index",
+            str(folder / "index.db"),
+        ],
         check=True,
         cwd=ROOT,
         capture_output=True,
@@ -84,12 +103,17 @@ def work(tmp_path_factory):
 
 
 def env() -> dict[str, str]:
-    # The window the server was started with; the margin covers cl100k_base's undercount.
-    return {**os.environ, "RUNTIME_CONTEXT_WINDOW": "2048", "RUNTIME_TOKEN_MARGIN": "0.3"}
+    # The command as shipped: the server's 8,192 window is the ad-hoc spec's default.
+    return {k: v for k, v in os.environ.items() if not k.startswith("RUNTIME_")}
 
 
 def exec_args(work: Path, url: str, question: str, run_id: str) -> list[str]:
-    return [sys.executable, "-m", "runtime", "exec", "pipelines/code_qa.yaml"] + [
+    return [
+        sys.executable,
+        "-m",
+        "runtime",
+        "exec",
+        "pipelines/code_qa.yaml",
         "--model",
         f"openai:smollm2@{url}",
         "--index",
@@ -105,8 +129,17 @@ def exec_args(work: Path, url: str, question: str, run_id: str) -> list[str]:
 
 def trace(work: Path, run_id: str) -> list[dict]:
     done = subprocess.run(
-        [sys.executable, "-m", "runtime", "trace", run_id, "--store", str(work / "runs.db")]
-        + ["--format", "jsonl"],
+        [
+            sys.executable,
+            "-m",
+            "runtime",
+            "trace",
+            run_id,
+            "--store",
+            str(work / "runs.db"),
+            "--format",
+            "jsonl",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -140,7 +173,7 @@ def test_questions_complete_without_a_terminal(llama, work, n, question):
 
 
 def test_a_question_completes_on_a_terminal(llama, work):
-    from tests.cli.test_terminal import run_in_pty  # noqa: PLC0415 - the pty helper
+    from tests.cli.test_terminal import run_in_pty
 
     raw = run_in_pty(exec_args(work, llama, "What does OrderRepository do?", "tty"), env(), ROOT)
     assert "completed in" in raw and "Traceback" not in raw
@@ -163,8 +196,18 @@ def test_a_killed_run_resumes_on_the_same_model(llama, work):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     done = subprocess.run(
-        [sys.executable, "-m", "runtime", "resume", "killed", "--store", str(work / "runs.db")]
-        + ["--index", str(work / "index.db"), "--json"],
+        [
+            sys.executable,
+            "-m",
+            "runtime",
+            "resume",
+            "killed",
+            "--store",
+            str(work / "runs.db"),
+            "--index",
+            str(work / "index.db"),
+            "--json",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
