@@ -152,6 +152,12 @@ def stage(
         _compact(
             ctx, prompt, cfg, counter, store, overhead, thread or "conversation_history", way_back
         )
+    summarise_with = None
+    if store is not None and not cfg.dry_run:  # a dry run asks no model for summaries
+        from actions import _model_summary
+
+        if _model_summary.wanted([s for m in prompt for s in m.segments()]):
+            summarise_with = _model_summary.summariser(ctx, store, counter, way_back)
     decision = pol.enforce(
         prompt,
         profile,
@@ -161,6 +167,7 @@ def stage(
         run_id=ctx.run_id,
         overhead=overhead,
         preamble_tokens=preamble_tokens,
+        summarise_with=summarise_with,
         way_back=way_back,
     )
     data = decision.trace_data(ctx.step_id, config.name)

@@ -536,6 +536,15 @@ _CODES: list[Code] = [
     ),
     Code("SUMMARY_BUDGET_INVALID", "run", "A summary was asked for with a budget below 1 token."),
     Code(
+        "SUMMARY_MODEL_FAILED",
+        "run",
+        "The model a part's `summary_kind: model:NAME` names failed to summarise it (its "
+        "error is the event's `cause`); the deterministic summariser was used instead (the "
+        "SUMMARY_MODEL_FALLBACK trace event, not a step failure).",
+        "See the cause: a timeout (raise the model's deadline_seconds), a refused request, an "
+        "empty reply; or summarise that part deterministically (a plain summary_kind).",
+    ),
+    Code(
         "REHYDRATE_OVER_BUDGET",
         "run",
         "A rehydrate step's text is over its max_tokens (or settings.max_context_tokens).",
