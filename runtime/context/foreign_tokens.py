@@ -25,17 +25,18 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from runtime.context.tokens import Parts, TokenCounter
 from runtime.errors import TokenizerError
 
 SERVER = "server"
 HF_PREFIX = "hf:"
 INSTALL_TOKENIZERS = "pip install 'step-runtime[embeddings]' (it brings the tokenizers package)"
 _IDS_CACHE = 256  # texts whose token ids are kept for truncate (counts are kept for more)
+_CACHE_SIZE = 20_000  # texts whose counts are kept, as tokens.py keeps them
+Parts = tuple[int, int, int]  # tokens.Parts: (first cut, last cut, tokens between them)
 
 
 def server_root(base_url: str) -> str:
@@ -44,15 +45,19 @@ def server_root(base_url: str) -> str:
     return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
-class ForeignCounter(TokenCounter):
-    """A TokenCounter over a tokenizer without safe cuts: every count is of the whole text."""
+class ForeignCounter:
+    """TokenCounter's interface (runtime/context/tokens.py) over a tokenizer without safe
+    cuts: every count is of the whole text, and no carried record is ever taken.
+
+    Not a subclass: tokens.py loads these counters (get_counter), so this module imports
+    nothing from it; tests/runtime/test_foreign_tokens.py holds the two interfaces equal.
+    """
+
+    encoding = None  # no tiktoken encoding behind it
 
     def __init__(self, name: str) -> None:
-        self.encoding = None
         self.encoding_name = name
         self._cache: OrderedDict[str, int] = OrderedDict()
-        self._split: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
-        self._joins: OrderedDict[tuple[str, tuple[str, ...]], tuple[int, str]] = OrderedDict()
         self._lock = threading.Lock()
 
     def ids(self, text: str) -> list[int]:
@@ -67,6 +72,31 @@ class ForeignCounter(TokenCounter):
         """Exact token count of text."""
         return len(self.ids(text)) if text else 0
 
+    def count_cached(self, text: str) -> int:
+        """count(), remembered by content."""
+        with self._lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                return hit
+        n = self.count(text)
+        self._keep(text, n)
+        return n
+
+    def _keep(self, text: str, n: int) -> None:
+        with self._lock:
+            self._cache[text] = n
+            if len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+
+    def count_joined(self, blocks: Sequence[str], sep: str = "\n\n") -> int:
+        """Exact count of sep.join(blocks): the whole text, counted once."""
+        return self.count_cached(sep.join(blocks)) if blocks else 0
+
+    def count_block(self, block: str, suffix: str = "") -> int:
+        """Exact count of block + suffix."""
+        return self.count_cached(block + suffix)
+
     def parts(self, text: str) -> Parts:
         """No cut: a foreign tokenizer's pieces may cross any point (see the module doc)."""
         return len(text), len(text), 0
@@ -78,6 +108,14 @@ class ForeignCounter(TokenCounter):
     def carried(self, text: str, record: Any) -> Parts | None:
         """None: the text is counted whole, whatever a record holds."""
         return None
+
+    def carry(self, text: str) -> dict[str, Any]:
+        """A record that carries nothing: no tokenizer reuses a count made by this one."""
+        return {"encoding": self.encoding_name, "parts": {}}
+
+    def carry_blocks(self, blocks: Iterable[str]) -> dict[str, Any]:
+        """A record that carries nothing (see carry)."""
+        return {"encoding": self.encoding_name, "blocks": {}}
 
     def take_blocks(self, blocks: Iterable[str], record: Any) -> int:
         """0: blocks are counted whole when needed, whatever a record holds."""
@@ -196,15 +234,11 @@ class ServerTokenCounter(ForeignCounter):
             type(t) is int for t in tokens
         ):  # with_pieces was not asked for: plain ids only
             raise self._unreadable("/tokenize", "no list of token ids under `tokens`")
-        from runtime.context.tokens import _CACHE_SIZE
-
         with self._lock:
             self._ids[text] = tokens
             if len(self._ids) > _IDS_CACHE:
                 self._ids.popitem(last=False)
-            self._cache[text] = len(tokens)
-            if len(self._cache) > _CACHE_SIZE:
-                self._cache.popitem(last=False)
+        self._keep(text, len(tokens))
         return tokens
 
     def prefix(self, text: str, ids: list[int], keep: int) -> str:

@@ -359,14 +359,15 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-_counters: dict[str, TokenCounter] = {}
+_counters: dict[str, Any] = {}  # TokenCounters, and foreign_tokens' for hf: names
 _lock = threading.Lock()
 
 
-def get_counter(name: str = "cl100k_base") -> TokenCounter:
+def get_counter(name: str = "cl100k_base") -> Any:
     """The shared counter for an encoding or `hf:PATH` (loaded once per process).
 
-    `server` counts on a model's server: counter_for(config) gives that one.
+    `server` counts on a model's server: counter_for(config) gives that one. An hf: counter
+    (runtime/context/foreign_tokens.py) has TokenCounter's interface without its class.
     """
     with _lock:
         counter = _counters.get(name)
@@ -386,7 +387,7 @@ def get_counter(name: str = "cl100k_base") -> TokenCounter:
         return counter
 
 
-def counter_for(config: Any) -> TokenCounter:
+def counter_for(config: Any) -> Any:
     """The counter of a model configuration: its tokenizer, `server` on its base_url."""
     if config.tokenizer == "server":
         from runtime.context.foreign_tokens import server_counter

@@ -71,6 +71,18 @@ def own(path: Path, text: str) -> list[int]:
 # --- hf:PATH --------------------------------------------------------------------------
 
 
+def test_foreign_counters_have_the_token_counters_interface():
+    import inspect
+
+    from runtime.context.foreign_tokens import ForeignCounter
+    from runtime.context.tokens import TokenCounter
+
+    public = [n for n in vars(TokenCounter) if not n.startswith("_")]
+    for name in public:
+        ours, theirs = getattr(ForeignCounter, name), getattr(TokenCounter, name)
+        assert inspect.signature(ours) == inspect.signature(theirs), name
+
+
 def test_hf_counts_are_the_tokenizers_own(tok_file):
     counter = get_counter(f"hf:{tok_file}")
     for text in TEXTS:
