@@ -24,6 +24,7 @@ from runtime.engine.services import Services
 from runtime.errors import StepRuntimeError, UsageError
 from runtime.net.secrets import url_credentials
 
+DEFAULT_INDEX = ".runtime/index.db"
 # The parts of a model's configuration a run records (the rest comes from the pipeline).
 _MODEL_FIELDS = ("provider", "model", "base_url", "context_window", "tokenizer", "token_margin")
 
@@ -127,9 +128,10 @@ def _index(services: Services) -> str | None:
     if given is not None:
         path = getattr(given, "path", None)
         return os.path.abspath(path) if isinstance(path, str) else None
-    from runtime.retrieval.nodestore import default_path
-
-    return os.path.abspath(services.index_path or default_path())
+    # nodestore.default_path(), without importing the node store (~0.1 s) into every run:
+    # tests/runtime/test_resume_choices_api.py holds the two together.
+    default = os.environ.get("RUNTIME_INDEX") or DEFAULT_INDEX
+    return os.path.abspath(services.index_path or default)
 
 
 def _tokenizer(services: Services) -> str:

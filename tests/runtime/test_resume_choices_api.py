@@ -82,3 +82,83 @@ def test_runner_resume_with_another_model_is_refused_unless_forced(pipeline, ser
     [resumed] = [e for e in store.events("b1") if e["type"] == "RUN_RESUMED"]
     assert resumed["changed"] == [{"what": "--model", "recorded": spec, "given": "extractive"}]
     assert store.choices("b1")["model"] == "extractive"
+
+
+def test_the_recorded_index_is_the_one_a_search_opens(tmp_path, monkeypatch):
+    from runtime.engine import choices
+    from runtime.retrieval.nodestore import default_path
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RUNTIME_INDEX", raising=False)
+    services = Services()
+    assert choices.record(services, [None])["index"] == str(tmp_path / default_path())
+    monkeypatch.setenv("RUNTIME_INDEX", "elsewhere/i.db")
+    assert choices.record(services, [None])["index"] == str(tmp_path / default_path())
+    given = Services(index_path="given.db")
+    assert choices.record(given, [None])["index"] == str(tmp_path / "given.db")
+
+
+NAMED = """\
+name: named
+settings:
+  entry_step_id: first
+  models:
+    fast: {provider: openai, model: f, max_retries: 0}
+steps:
+  - id: first
+    action: call_model
+    prompt_key: sys
+    model: fast
+    user_parts: {q: {source: question}}
+    next: done
+  - id: done
+    action: finalize
+    source: last_model_response
+"""
+
+
+def test_a_step_model_is_recorded_with_the_url_the_environment_gave_it(
+    tmp_path, monkeypatch, server
+):
+    for name in ("OPENAI_BASE_URL", "RUNTIME_CONTEXT_WINDOW", "RUNTIME_INDEX"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "sys.md").write_text("Answer briefly.\n")
+    (tmp_path / "named.yaml").write_text(NAMED)
+    pipeline = runtime.load(str(tmp_path / "named.yaml"))
+    store = runtime.SqliteRunStore(str(tmp_path / "runs.db"))
+    server.script = [400, "fine"]
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    first, _ = runner(pipeline, store)
+    assert first.run({"question": "why?"}, run_id="n1").error.code == "MODEL_PROVIDER_ERROR"
+    recorded = store.choices("n1")
+    assert recorded["models"]["fast"]["base_url"] == server.url
+    assert recorded["main"] == "extractive" and "extractive" in recorded["models"]
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    with pytest.raises(UsageError) as info:
+        runner(pipeline, store)[0].resume("n1")
+    assert f"model 'fast' base_url: recorded {server.url!r}" in info.value.message
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    done = runner(pipeline, store)[0].resume("n1")
+    assert done.output == {"final_answer": "fine"} and len(server.bodies) == 2
+
+
+def test_another_tokenizer_at_resume_is_refused(pipeline, server, tmp_path):
+    from runtime.context.tokens import get_counter
+
+    store = runtime.SqliteRunStore(str(tmp_path / "runs.db"))
+    first, _ = runner(pipeline, store, model_spec=f"openai:m@{server.url}")
+    assert first.run({"question": "why?"}, run_id="t1").status == "failed"
+    other, _ = runner(pipeline, store, token_counter=get_counter("o200k_base"))
+    with pytest.raises(UsageError) as info:
+        other.resume("t1")
+    assert "tokenizer: recorded 'cl100k_base', given 'o200k_base'" in info.value.message
+
+
+def test_a_credential_in_the_environment_is_not_recorded(monkeypatch):
+    from runtime.engine import choices
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://user:s3cret@127.0.0.1:9/v1")
+    got = choices.record(Services(model_spec="openai:m"), [None])
+    assert "s3cret" not in repr(got)
+    assert got["models"] == {"openai:m": {"error": "MODEL_CONFIG_INVALID"}}
