@@ -469,8 +469,10 @@ _CODES: list[Code] = [
     Code(
         "TOKENIZER_UNAVAILABLE",
         "run",
-        "The tokenizer encoding is unknown or its files are not available.",
-        "Use cl100k_base or o200k_base; both ship with the install.",
+        "The tokenizer is unknown or unavailable: an encoding, a tokenizer.json (hf:PATH) "
+        "or the tokenizers package, or a server's /tokenize endpoint (tokenizer: server).",
+        "cl100k_base and o200k_base ship with the install; hf:PATH needs the embeddings "
+        "extra; server needs a llama.cpp-style /tokenize (docs/models.md).",
     ),
     # --- models (one subtree) ----------------------------------------------------
     Code(
