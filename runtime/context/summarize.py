@@ -264,17 +264,26 @@ def summarise_diff(text: str, budget: int, counter: Counter) -> str:
     hunks: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     hunk: dict[str, Any] | None = None
+    # A hunk ends where its header's line counts say (old and new lines left): a deleted
+    # line that reads "-- x" (a SQL comment) shows as "--- x" and is no file header.
+    left = [0, 0]
     for number, line in enumerate(text.split("\n"), start=1):
-        if line.startswith("diff --git ") or (line.startswith("--- ") and hunk is not None):
+        inside = hunk is not None and (left[0] > 0 or left[1] > 0)
+        if line.startswith("diff --git "):
             hunk = None
-            if line.startswith("diff --git "):
-                current = {"name": line.split(" b/", 1)[-1], "add": 0, "del": 0, "hunks": 0}
+            current = {"name": line.split(" b/", 1)[-1], "add": 0, "del": 0, "hunks": 0}
+            files.append(current)
+            continue
+        if not inside and line.startswith("--- "):
+            hunk = None
+            if current is None or current["hunks"]:  # a plain diff's next file
+                current = {"name": "?", "add": 0, "del": 0, "hunks": 0}
                 files.append(current)
             continue
-        if line.startswith("+++ ") and hunk is None:
+        if not inside and line.startswith("+++ "):
             name = line[4:].split("\t")[0]
             name = name[2:] if name.startswith("b/") else name
-            if current is None or (current["hunks"] and not line.startswith("+++ b/")):
+            if current is None:
                 current = {"name": name, "add": 0, "del": 0, "hunks": 0}
                 files.append(current)
             elif name != "/dev/null":
@@ -289,10 +298,17 @@ def summarise_diff(text: str, budget: int, counter: Counter) -> str:
             hunk = {"n": len(hunks) + 1, "line": number, "header": line, "file": current["name"]}
             hunk.update({"add": 0, "del": 0, "first": None, "last": None})
             hunks.append(hunk)
+            left = [int(m.group(2) or 1), int(m.group(4) or 1)]
             continue
-        if hunk is None or not line or line[0] not in "+-":
+        if not inside or hunk is None:
+            continue
+        if not line or line[0] == " ":  # context (a blank one may have lost its space)
+            left = [left[0] - 1, left[1] - 1]
+            continue
+        if line[0] not in "+-":  # "\ No newline at end of file"
             continue
         key = "add" if line[0] == "+" else "del"
+        left[0 if key == "del" else 1] -= 1
         hunk[key] += 1
         if current is not None:
             current[key] += 1

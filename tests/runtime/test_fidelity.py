@@ -606,3 +606,122 @@ def test_two_runs_route_prompts_share_the_prompt_file_and_goal_as_a_prefix(sampl
         "second"
     )
     assert systems[0].endswith("- current step: route (step 2)")
+
+
+# --- documented limits, pinned (issue 24 item 13: tests/mutation/mutants/fidelity_summarize.toml)
+
+
+def _section(text: str, title: str) -> str:
+    """A preamble's section from its title to the next title."""
+    start = text.index(title)
+    end = text.find("\n###", start + len(title))
+    return text[start : end if end >= 0 else len(text)]
+
+
+def test_inputs_take_at_most_half_the_budget_and_the_rest_are_counted():
+    variables = {f"v{i:02d}": f"value {i} " + "word " * 60 for i in range(20)}
+    p = fid.build_preamble("compact", view([], variables), COUNTER)
+    inputs = _section(p.text, "### Inputs")
+    assert COUNTER.count(inputs) <= fid.BUDGETS["compact"] // 2
+    assert p.variables_shown + p.variables_dropped == 20 and p.variables_dropped > 0
+    assert f"- ({p.variables_dropped} more inputs not shown)" in inputs
+    # The shown inputs are the first of the include list: the first that does not fit ends it.
+    shown = [n for n in variables if f"`{n}`" in p.text]
+    assert shown == list(variables)[: p.variables_shown]
+
+
+def test_the_first_input_that_does_not_fit_ends_the_section():
+    variables = {"a": "short", "big": "word " * 30, "c": "tiny"}
+    p = fid.build_preamble("compact", view([], variables), COUNTER, budget=70)
+    assert "`a`: short" in p.text and "`big`" not in p.text and "`c`" not in p.text
+    assert "- (2 more inputs not shown)" in p.text
+
+
+def test_a_value_cut_before_it_was_counted_is_always_marked():
+    # 64 '=' encode as one token: the first 2,560 characters (40 * 64) are within compact's
+    # 40 tokens, but the value is longer, so what is shown is marked with the whole size.
+    p = fid.build_preamble("compact", view([], {"rule": "=" * 3000}), COUNTER)
+    assert p.shortened == ("rule",)
+    assert "… [shortened: 3,000 characters in all]" in p.text
+
+
+def test_a_goal_exactly_at_its_400_characters_is_whole_and_one_more_is_cut():
+    exact = "g" * 399 + "."
+    for goal, shown in ((exact, exact), (exact + "x", "g" * 399 + "…")):
+        v = fid.RunView("p", goal, "r", "s", 3, [], {}, [])
+        text = fid.build_preamble("summary:high", v, COUNTER).text
+        assert f"- goal: {shown}\n" in text
+    assert fid.excerpt("a  b\n c", 5) == "a b c" and fid.excerpt("abcdef", 5) == "abcd…"
+
+
+@pytest.mark.parametrize("name", ["api_keys", "passwords", "db_tokens", "client_secret", "TOKEN"])
+def test_an_input_named_like_a_credential_is_never_shown(name):
+    p = fid.build_preamble("summary:high", view([], {name: "s3cr3t", "task": "t"}), COUNTER)
+    assert "s3cr3t" not in p.text and name not in p.text and '"task": "t"' in p.text
+
+
+@pytest.mark.parametrize("mode", ["compact", "summary:medium", "summary:high"])
+def test_the_line_of_earlier_steps_counts_exactly_those_not_shown(mode):
+    p = fid.build_preamble(mode, view(history(300)), COUNTER)
+    assert p.steps_dropped > 0
+    assert f"- ({p.steps_dropped} earlier steps not shown)" in p.text
+    entries = [ln for ln in p.text.splitlines() if ln.startswith("- ") and ". step_" in ln]
+    assert len(entries) == p.steps_shown
+
+
+def test_summary_high_inputs_are_json_even_when_shortened():
+    variables = {"task": "fix it", "long": "line\n" * 2000, "obj": {"k": list(range(400))}}
+    p = fid.build_preamble("summary:high", view([], variables), COUNTER)
+    block = p.text.split("```json\n", 1)[1].split("\n```", 1)[0]
+    parsed = json.loads(block)
+    assert parsed["task"] == "fix it" and set(parsed) == {"task", "long", "obj"}
+    # A value too long is its JSON text cut and quoted: the marker gives that text's size.
+    assert parsed["long"].startswith('"line\\nline') and parsed["long"].endswith(
+        "[shortened: 12,002 characters in all]"
+    )
+    assert sorted(p.shortened) == ["long", "obj"]
+
+
+def test_durations_and_attempts_only_when_they_say_something():
+    records = history(3)
+    for r in records:
+        r.duration_ms, r.attempts = 1999.0, 1
+    records[1].duration_ms, records[2].attempts = 2000.0, 2
+    text = fid.build_preamble("summary:high", view(records), COUNTER).text
+    lines = {
+        r.step_id: next(ln for ln in text.splitlines() if f" {r.step_id} (" in ln) for r in records
+    }
+    assert "[" not in lines["step_0"]  # 1.999 s and one attempt: nothing to say
+    assert "[2 s]" in lines["step_1"] and "[2 attempts]" in lines["step_2"]
+
+
+def test_the_transition_wins_then_the_step_then_settings():
+    assert fid.resolve_mode({"fidelity": "truncate"}, {"fidelity": "full"}, {}) == (
+        "truncate",
+        "transition",
+    )
+    assert fid.resolve_thread("s", {"group": "g"}, {}, {"default_thread": "d"}, "p") == (
+        "d",
+        "settings.default_thread",
+    )
+
+
+def test_a_variable_written_again_moves_to_the_end_of_the_write_order():
+    log = fid.HistoryLog()
+    for name in ("x", "y", "x"):
+        log.feed(
+            {"type": "STEP", "step_id": "s", "action": "a", "outcome": "next", "wrote": {name: {}}}
+        )
+    assert list(log.written) == ["y", "x"]
+
+
+def test_summary_low_keeps_the_newest_names_when_it_must_cut():
+    records = history(200)
+    p = fid.build_preamble("summary:low", view(records), COUNTER, budget=150)
+    assert p.steps_dropped > 0 and "step_199" in p.text and "step_0," not in p.text
+    assert f"(last {p.steps_shown} of 200)" in p.text
+
+
+def test_a_preamble_cut_to_a_tiny_budget_ends_visibly_marked():
+    p = fid.build_preamble("compact", view(history(2), {"task": "x" * 50}), COUNTER, budget=30)
+    assert p.tokens <= 30 and "… [preamble shortened to its budget]" in p.text
