@@ -31,8 +31,12 @@ _MODEL_FIELDS = ("provider", "model", "base_url", "context_window", "tokenizer",
 
 def model_names(pipeline: Any) -> list[str | None]:
     """The model names a pipeline's steps can ask for: None (the main model), steps' `model:`,
-    and settings that name a model (`*_model`, such as translator_model)."""
+    settings that name a model (`*_model`, such as translator_model) and every entry of
+    settings.models (an action may name one in its own fields: `summary_kind: model:NAME`)."""
     names: dict[str | None, None] = {None: None}
+    models = pipeline.settings.get("models")
+    if isinstance(models, Mapping):
+        names.update(dict.fromkeys(str(name) for name in models))
     for step in pipeline.steps:
         name = step.config.get("model")
         if isinstance(name, str):

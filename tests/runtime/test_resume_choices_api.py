@@ -103,12 +103,12 @@ name: named
 settings:
   entry_step_id: first
   models:
-    fast: {provider: openai, model: f, max_retries: 0}
+    spare: {provider: openai, model: s}
 steps:
   - id: first
     action: call_model
     prompt_key: sys
-    model: fast
+    model: "openai:f"
     user_parts: {q: {source: question}}
     next: done
   - id: done
@@ -127,17 +127,19 @@ def test_a_step_model_is_recorded_with_the_url_the_environment_gave_it(
     (tmp_path / "named.yaml").write_text(NAMED)
     pipeline = runtime.load(str(tmp_path / "named.yaml"))
     store = runtime.SqliteRunStore(str(tmp_path / "runs.db"))
-    server.script = [400, "fine"]
+    server.script = [400, "fine"]  # 400 is not retried
     monkeypatch.setenv("OPENAI_BASE_URL", server.url)
     first, _ = runner(pipeline, store)
     assert first.run({"question": "why?"}, run_id="n1").error.code == "MODEL_PROVIDER_ERROR"
     recorded = store.choices("n1")
-    assert recorded["models"]["fast"]["base_url"] == server.url
+    assert recorded["models"]["openai:f"]["base_url"] == server.url
+    assert recorded["models"]["spare"]["base_url"] == server.url  # named by no step
     assert recorded["main"] == "extractive" and "extractive" in recorded["models"]
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     with pytest.raises(UsageError) as info:
         runner(pipeline, store)[0].resume("n1")
-    assert f"model 'fast' base_url: recorded {server.url!r}" in info.value.message
+    assert f"model 'openai:f' base_url: recorded {server.url!r}" in info.value.message
+    assert f"model 'spare' base_url: recorded {server.url!r}" in info.value.message
     monkeypatch.delenv("OPENAI_BASE_URL")
     done = runner(pipeline, store)[0].resume("n1")
     assert done.output == {"final_answer": "fine"} and len(server.bodies) == 2
