@@ -91,9 +91,10 @@ def _by_model(
             f"text beside a {tokens}-token summary",
             code="CONTEXT_OVERFLOW",
         )
-    size, exact = pol.lower_bound(seg.text, room, counter)
+    # A bound (not a count) comes back only when it is already over the room.
+    size, _exact = pol.lower_bound(seg.text, room, counter)
     text, sent = seg.text, "original"
-    if not exact or size > room:
+    if size > room:
         text, sent = summarise(seg.text, None, room, counter).text, "deterministic summary"
     request = ModelRequest(
         messages=[

@@ -94,8 +94,15 @@ def test_what_the_policy_may_not_summarise_at_the_budget_is_clean_one_over_is_an
 def test_a_part_marked_not_summarisable_counts_and_a_prompt_budget_is_the_budget(tmp_path):
     note = 100 * BYTES_PER_CHAR + FRAME
     window = HARD + note + 100
-    assert found(write(tmp_path, window=window, policy="{enabled: true}", keep=", summarizable: false")) == []
-    over = write(tmp_path, window=window - 1, policy="{enabled: true}", keep=", summarizable: false")
+    assert (
+        found(
+            write(tmp_path, window=window, policy="{enabled: true}", keep=", summarizable: false")
+        )
+        == []
+    )
+    over = write(
+        tmp_path, window=window - 1, policy="{enabled: true}", keep=", summarizable: false"
+    )
     assert [c[0] for c in found(over)] == ["BUDGET_POLICY_CANNOT_FIT"]
     capped = write(tmp_path, window=10 * window, policy=f"{{prompt_budget: {HARD - 1}}}")
     assert [c[0] for c in found(capped)] == ["BUDGET_POLICY_CANNOT_FIT"]

@@ -121,7 +121,8 @@ def test_an_evidence_part_gets_the_list_of_its_summarised_blocks(tmp_path):
 
 def test_a_block_tells_the_model_to_rehydrate_only_when_the_step_offers_the_tool(tmp_path):
     without = run(tmp_path)
-    user = [e for e in without.events if e["type"] == "MODEL_CALL"][0]["messages"][-1]["content"]
+    call = next(e for e in without.events if e["type"] == "MODEL_CALL")
+    user = call["messages"][-1]["content"]
     head = user[user.index(OPEN) :].splitlines()[0]
     assert (
         head == f"{OPEN} {pointer_id_of(DOC)[0]}: text, {len(DOC):,} chars, 600 lines, summarised]"
@@ -192,7 +193,7 @@ def way_back(path: Path) -> list[tuple[str, int]]:
 
 
 def test_validate_warns_when_a_policy_step_may_elide_with_no_way_back(tmp_path):
-    [(code, line)] = way_back(write(tmp_path))
+    [(_, line)] = way_back(write(tmp_path))
     assert line == 11
     report = validate_paths([str(write(tmp_path))])
     [diag] = [d for d in report.diagnostics if d.code == "POLICY_NO_WAY_BACK"]
