@@ -78,7 +78,7 @@ class RunStore(Protocol):
     def load(self, run_id: str) -> dict[str, Any]:
         """The last checkpoint of a run."""
 
-    def pipeline_parts(self, run_id: str) -> dict[str, Any] | None:
+    def pipeline_parts(self, run_id: str) -> Any:
         """The run's pipeline part by part (runtime/format/changes.py); None: not recorded."""
 
     def set_status(self, run_id: str, status: str, *, durability: str | None = None) -> None:
@@ -560,14 +560,23 @@ class SqliteRunStore:
             durability,
         )
 
-    def pipeline_parts(self, run_id: str) -> dict[str, Any] | None:
-        """The run's pipeline as recorded part by part (runtime/format/changes.py); None: not."""
+    def pipeline_parts(self, run_id: str) -> Any:
+        """The run's pipeline as recorded part by part (runtime/format/changes.py); None: not.
+
+        A record that is not JSON (a damaged store) is returned as its text, for the
+        caller to say so (`changes.since`).
+        """
         row = (
             self._conn()
             .execute("SELECT pipeline_parts FROM runs WHERE id = ?", (run_id,))
             .fetchone()
         )
-        return json.loads(row[0]) if row is not None and row[0] else None
+        if row is None or not row[0]:
+            return None
+        try:
+            return json.loads(row[0])
+        except ValueError:
+            return row[0]
 
     def choices(self, run_id: str) -> dict[str, Any] | None:
         """The choices a run was started with (runtime/engine/choices.py); None: not recorded."""

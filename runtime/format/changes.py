@@ -82,11 +82,31 @@ def describe(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     return ", ".join(out)
 
 
-def since(stored: Mapping[str, Any] | None, pipeline: Any) -> str:
-    """What differs between a run's recorded pipeline and `pipeline`, for PIPELINE_CHANGED."""
+def _well_formed(parts: Any) -> bool:
+    """A record as `fingerprint` writes it (a damaged store may hold anything)."""
+    if not isinstance(parts, Mapping):
+        return False
+    maps = [parts.get(k, {}) for k in ("steps", "settings", "fields", "prompts")]
+    order = parts.get("order", [])
+    return (
+        all(isinstance(m, Mapping) for m in maps)
+        and all(isinstance(v, str | None) for m in maps for v in m.values())
+        and isinstance(order, list)
+        and all(isinstance(s, str) for s in order)
+    )
+
+
+def since(stored: Any, pipeline: Any) -> str:
+    """What differs between a run's recorded pipeline and `pipeline`, for PIPELINE_CHANGED.
+
+    `stored` is the record as read from the store: None when none was written, anything
+    else when the store was damaged (said so, never a traceback).
+    """
     if stored is None:
         return (
             "the run was stored before runs recorded their pipeline part by part, so what "
             "changed cannot be told"
         )
+    if not _well_formed(stored):
+        return "the run's record of its pipeline is unreadable, so what changed cannot be told"
     return describe(stored, fingerprint(pipeline)) or "no recorded part differs"

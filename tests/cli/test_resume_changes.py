@@ -100,3 +100,20 @@ def test_describe_is_empty_for_equal_parts_and_names_settings_removed():
     assert describe(parts, parts) == ""
     fewer = {**parts, "settings": {"x": "1"}}
     assert describe(parts, fewer) == "settings.y removed"
+
+
+@pytest.mark.parametrize(
+    "record", ["not json", "[1, 2]", '{"steps": 5}', '{"order": [1]}', '{"settings": {"a": []}}']
+)
+def test_a_damaged_record_of_the_pipeline_is_said_so_not_a_traceback(runner, failed, record):
+    db = sqlite3.connect(failed / "runs.db")
+    db.execute("UPDATE runs SET pipeline_parts = ?", (record,))
+    db.commit()
+    db.close()
+    (failed / "p.yaml").write_text(PIPELINE.replace("max_steps: 1000", "max_steps: 500"))
+    result = _resume(runner, failed)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == (
+        "error: PIPELINE_CHANGED: pipeline changed since run r1 started: the run's record of "
+        "its pipeline is unreadable, so what changed cannot be told"
+    )

@@ -113,3 +113,21 @@ def test_a_pid_reused_by_a_later_process_is_not_the_owner(tmp_path):
     if me["started"] is not None:  # Linux: /proc gives the start time
         assert is_gone({**me, "started": me["started"] - 1}) is True
     os.kill(os.getpid(), 0)  # this process is alive, so only the start time told it apart
+
+
+def test_a_damaged_owner_record_leaves_the_run_listed_as_running(runner, tmp_path):
+    import sqlite3
+
+    from runtime.format.pipeline import Pipeline
+
+    db = tmp_path / "runs.db"
+    pipeline = Pipeline.from_dict({"steps": [{"id": "s", "action": "finalize"}]})
+    SqliteRunStore(str(db)).create_run("r", pipeline, {})
+    for owner in ("{", "[1]", '{"host": 5, "pid": "x"}', '"text"', '{"pid": -1}'):
+        conn = sqlite3.connect(db)
+        conn.execute("UPDATE runs SET owner = ?", (owner,))
+        conn.commit()
+        conn.close()
+        out = runner.invoke(cli, ["runs", "--store", str(db), "--json"])
+        assert out.exit_code == 0
+        assert [r["status"] for r in json.loads(out.stdout)] == ["running"], owner
