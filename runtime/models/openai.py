@@ -175,9 +175,10 @@ class OpenAIProvider:
     def _counter(self) -> Callable[[str], int]:
         # Only when the server gave no usage: loading a tokenizer is not free.
         if self.count_tokens is None:
-            from runtime.context.tokens import get_counter
+            from runtime.context.tokens import counter_for
 
-            self.count_tokens = get_counter(self.config.tokenizer).count
+            # The model's own counter: a `server` or `hf:` tokenizer, else the tiktoken one.
+            self.count_tokens = counter_for(self.config).count
         return self.count_tokens
 
     def _http(self) -> Any:

@@ -169,7 +169,9 @@ def test_without_the_tokenizers_package_the_hint_names_the_extra(tmp_path, monke
 class TokenizeServer:
     """llama.cpp's /tokenize and /detokenize over a tokenizer.json; records every request."""
 
-    def __init__(self, path: Path, *, missing: bool = False, hang: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, missing: bool = False, hang: bool = False, usage: bool = True
+    ) -> None:
         tok = Tokenizer.from_file(str(path))
         self.requests: list[dict[str, Any]] = []
         self.release = threading.Event()
@@ -193,6 +195,8 @@ class TokenizeServer:
                         ],
                         "usage": {"prompt_tokens": 1, "completion_tokens": 1},
                     }
+                    if not usage:
+                        del answer["usage"]
                     self._send(answer)
                     return
                 if missing or self.path not in ("/tokenize", "/detokenize"):
@@ -385,3 +389,19 @@ def test_a_run_on_a_server_without_tokenize_fails_with_the_url(serve, tmp_path):
     r = run_against(server, tmp_path, 10_000)
     assert (r.error.code, r.error.step_id) == ("TOKENIZER_UNAVAILABLE", "m")
     assert "/tokenize" in r.error.message and server.chats() == []
+
+
+def test_counts_a_server_did_not_send_are_estimated_with_its_own_tokenizer(serve, tok_file):
+    from runtime.models import ModelRequest
+    from runtime.models.openai import OpenAIProvider
+
+    server = serve(usage=False)
+    provider = OpenAIProvider(model(server.url, stream=False))
+    text = "How is a payment captured?\nSee usp_CapturePayment."
+    reply = provider.complete(ModelRequest([{"role": "user", "content": text}], step_id="s"))
+    assert reply.usage_from == "estimate"
+    assert (reply.tokens_in, reply.tokens_out) == (
+        len(own(tok_file, text)),
+        len(own(tok_file, "ok")),
+    )
+    assert text in server.sent()  # counted by the server's /tokenize, not cl100k_base
