@@ -77,7 +77,11 @@ class PointerStore(Protocol):
         ...
 
     def read_original(self, run_id: str, pointer_id: str, start: int, end: int) -> str:
-        """Characters start..end of a pointer's original (a pointer with a stored index)."""
+        """Characters start..end of a pointer's original (read without loading it whole)."""
+        ...
+
+    def original_size(self, run_id: str, pointer_id: str) -> int | None:
+        """Characters of a run's pointer's original, or None without the pointer."""
         ...
 
 
@@ -133,6 +137,12 @@ class MemoryPointerStore:
         with self._lock:
             hit = self._runs.get(run_id, {}).get(pointer_id)
             return "" if hit is None else self._texts[hit[0]][start:end]
+
+    def original_size(self, run_id: str, pointer_id: str) -> int | None:
+        """Characters of a run's pointer's original, or None."""
+        with self._lock:
+            hit = self._runs.get(run_id, {}).get(pointer_id)
+            return None if hit is None else len(self._texts[hit[0]])
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,18 @@ the WAL at every checkpoint.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from runtime.context.pointers import index_for
 from runtime.engine.owner import is_gone, this_process
@@ -32,6 +35,28 @@ from runtime.errors import RunError, StoreError, refuse_url
 from runtime.format.changes import fingerprint
 
 DEFAULT_PATH = ".runtime/runs.db"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _reader(method: F) -> F:
+    """A reading method whose SQLite errors and undecodable rows are STORE_ERROR.
+
+    A damaged file makes SQLite fail ("database disk image is malformed") or hand back
+    rows that do not decode: `runtime runs`, `trace` and `resume` then report STORE_ERROR
+    naming the store, never a traceback.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlite3.Error, ValueError, TypeError) as exc:
+            raise StoreError(
+                f"run store {self.path}: {method.__name__}: {exc} (store damaged?)"
+            ) from exc
+
+    return wrapper  # type: ignore[return-value]
 
 
 class RunStore(Protocol):
@@ -218,6 +243,78 @@ def _m7_run_choices(db: sqlite3.Connection) -> None:
     )
 
 
+def _m8_originals_once(db: sqlite3.Connection) -> None:
+    """Originals stored once, in checksummed chunks; indexes and pointer rows checksummed.
+
+    Before: an original's text in `originals` and, when indexed, again in
+    `original_chunks` (two copies), and nothing checked what was read back. Now the text
+    lives only in chunks, each with a CRC-32 bound to its original and position; the
+    `originals` row holds the length, chunk count and its own CRC; every offset index and
+    every `run_pointers` row carries a CRC too (issue 25). Existing originals are converted
+    one at a time (their checksums are computed from the text as it is then: damage done
+    before this migration cannot be told from the text).
+    """
+    db.execute("ALTER TABLE originals RENAME TO originals_m3")
+    db.execute(
+        "CREATE TABLE originals (sha256 TEXT PRIMARY KEY, chars INTEGER NOT NULL,"
+        " chunks INTEGER NOT NULL, crc INTEGER NOT NULL) WITHOUT ROWID"
+    )
+    db.execute("ALTER TABLE original_chunks ADD COLUMN crc INTEGER")
+    db.execute("ALTER TABLE original_index ADD COLUMN crc INTEGER")
+    db.execute("ALTER TABLE run_pointers ADD COLUMN crc INTEGER")
+    for (sha,) in db.execute("SELECT sha256 FROM originals_m3").fetchall():
+        (text,) = db.execute("SELECT text FROM originals_m3 WHERE sha256 = ?", (sha,)).fetchone()
+        _write_text(db, sha, text)
+    for sha, blob in db.execute("SELECT sha256, offsets FROM original_index").fetchall():
+        db.execute(
+            "UPDATE original_index SET crc = ? WHERE sha256 = ?", (_index_crc(sha, blob), sha)
+        )
+    for row in db.execute("SELECT run_id, pointer_id, sha256, kind FROM run_pointers").fetchall():
+        db.execute(
+            "UPDATE run_pointers SET crc = ? WHERE run_id = ? AND pointer_id = ?",
+            (_pointer_crc(*row), row[0], row[1]),
+        )
+    db.execute("DROP TABLE originals_m3")
+
+
+def _crc(seed: str, data: bytes) -> int:
+    """CRC-32 of data bound to what it is (a chunk's original and number, an index's original)."""
+    return zlib.crc32(data, zlib.crc32(seed.encode("utf-8", "surrogatepass")))
+
+
+def _chunk_crc(sha256: str, n: int, text: str) -> int:
+    return _crc(f"chunk {sha256} {n}", text.encode("utf-8", "surrogatepass"))
+
+
+def _head_crc(sha256: str, chars: int, chunks: int) -> int:
+    return _crc(f"original {sha256} {chars} {chunks}", b"")
+
+
+def _index_crc(sha256: str, blob: bytes) -> int:
+    return _crc(f"index {sha256}", bytes(blob))
+
+
+def _pointer_crc(run_id: str, pointer_id: str, sha256: str, kind: str) -> int:
+    return _crc(f"pointer {run_id} {pointer_id} {sha256} {kind}", b"")
+
+
+def _write_text(db: sqlite3.Connection, sha256: str, text: str) -> None:
+    """An original's text as checksummed chunks and its head row (the only copy stored)."""
+    chunks = -(-len(text) // CHUNK)
+    db.execute("DELETE FROM original_chunks WHERE sha256 = ?", (sha256,))
+    db.executemany(  # a generator: one chunk in memory at a time
+        "INSERT INTO original_chunks (sha256, n, text, crc) VALUES (?, ?, ?, ?)",
+        (
+            (sha256, n, piece, _chunk_crc(sha256, n, piece))
+            for n, piece in ((n, text[n * CHUNK : (n + 1) * CHUNK]) for n in range(chunks))
+        ),
+    )
+    db.execute(
+        "INSERT OR REPLACE INTO originals (sha256, chars, chunks, crc) VALUES (?, ?, ?, ?)",
+        (sha256, len(text), chunks, _head_crc(sha256, len(text), chunks)),
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m1_initial),
     ("m002_append_only", _m2_append_only),
@@ -226,8 +323,9 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m005_original_index", _m5_original_index),
     ("m006_pointers_pending", _m6_pointers_pending),
     ("m007_run_choices", _m7_run_choices),
+    ("m008_originals_once", _m8_originals_once),
 ]
-# Characters per stored chunk of an indexed original: a slice reads the few chunks its
+# Characters per stored chunk of an original: a slice reads the few chunks its
 # range covers (loading a 5 MB original whole from SQLite takes 6-45 ms).
 CHUNK = 16_384
 DURABILITY = {"normal": "NORMAL", "full": "FULL"}  # -> PRAGMA synchronous
@@ -306,7 +404,10 @@ class SqliteRunStore:
         self._local = threading.local()
         self._runs: dict[str, _RunMemo] = {}
         self._lock = threading.Lock()
-        self._tx(self._migrate)
+        try:
+            self._tx(self._migrate)
+        except ValueError as exc:  # undecodable names in a damaged migrations table
+            raise StoreError(f"cannot open run store {self.path}: {exc}") from exc
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -318,7 +419,7 @@ class SqliteRunStore:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(f"PRAGMA synchronous={DURABILITY[self.durability]}")
                 conn.execute("PRAGMA busy_timeout=30000")
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, ValueError) as exc:  # ValueError: a damaged schema
                 raise StoreError(f"cannot open run store {self.path}: {exc}") from exc
             self._local.conn = conn
             self._local.durability = self.durability
@@ -348,6 +449,10 @@ class SqliteRunStore:
                 continue
             try:
                 result = fn(conn)
+            except sqlite3.DatabaseError as exc:  # a damaged file: coded, never a traceback
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise StoreError(f"run store {self.path}: {exc}") from exc
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
@@ -612,6 +717,7 @@ class SqliteRunStore:
                 self._runs[run_id] = memo
         return memo
 
+    @_reader
     def load(self, run_id: str) -> dict[str, Any]:
         """The run row, its variables and its last checkpoint."""
         db = self._conn()
@@ -672,6 +778,7 @@ class SqliteRunStore:
         }
 
     # --- reading ---------------------------------------------------------------
+    @_reader
     def run_file(self, run_id: str) -> str:
         """The pipeline file a run was started from."""
         row = self._conn().execute("SELECT file FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -679,6 +786,7 @@ class SqliteRunStore:
             raise RunError(f"no run {run_id!r} in {self.path}", code="RUN_NOT_FOUND")
         return str(row[0])
 
+    @_reader
     def runs(
         self, limit: int = 50, *, status: str | None = None, pipeline: str | None = None
     ) -> list[dict[str, Any]]:
@@ -727,104 +835,187 @@ class SqliteRunStore:
         ][:limit]
 
     # --- context pointers (runtime/context/pointers.py) ---------------------------
+    # Every read is checked against what was stored (m008): a pointer row, an original's
+    # head row, each chunk and each offset index carry a CRC-32 bound to what they are,
+    # and a whole original is checked against its sha256. Damage is STORE_ERROR, never a
+    # wrong slice; SQLite's own errors on a damaged file are STORE_ERROR too.
     def put_original(self, run_id: str, pointer_id: str, sha256: str, kind: str, text: str) -> None:
         """Store an original once (by sha256), with its offset index, and the run's pointer."""
-        known = (
-            self._conn().execute("SELECT 1 FROM originals WHERE sha256 = ?", (sha256,)).fetchone()
-        )
+        with self._reading():
+            known = (
+                self._conn()
+                .execute("SELECT 1 FROM originals WHERE sha256 = ?", (sha256,))
+                .fetchone()
+            )
         index = None if known else index_for(kind, text)  # built outside the write lock
 
         def fn(db: sqlite3.Connection) -> None:
-            db.execute("INSERT OR IGNORE INTO originals VALUES (?, ?)", (sha256, text))
+            if not known:
+                _write_text(db, sha256, text)
             if index is not None:
-                self._write_index(db, sha256, text, index)
+                self._write_index(db, sha256, index)
             db.execute(
-                "INSERT OR IGNORE INTO run_pointers VALUES (?, ?, ?, ?)",
-                (run_id, pointer_id, sha256, kind),
+                "INSERT OR IGNORE INTO run_pointers (run_id, pointer_id, sha256, kind, crc)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (run_id, pointer_id, sha256, kind, _pointer_crc(run_id, pointer_id, sha256, kind)),
             )
 
         self._tx(fn)
 
     @staticmethod
-    def _write_index(db: sqlite3.Connection, sha256: str, text: str, index: bytes) -> None:
-        db.execute("INSERT OR REPLACE INTO original_index VALUES (?, ?)", (sha256, index))
-        db.execute("DELETE FROM original_chunks WHERE sha256 = ?", (sha256,))
-        db.executemany(
-            "INSERT INTO original_chunks VALUES (?, ?, ?)",
-            ((sha256, n, text[at : at + CHUNK]) for n, at in enumerate(range(0, len(text), CHUNK))),
+    def _write_index(db: sqlite3.Connection, sha256: str, index: bytes) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO original_index (sha256, offsets, crc) VALUES (?, ?, ?)",
+            (sha256, index, _index_crc(sha256, index)),
         )
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """SQLite's errors on a damaged or unreadable file as STORE_ERROR."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"run store {self.path}: {exc} (store damaged?)") from exc
+
+    def _damaged(self, what: str, why: str) -> StoreError:
+        return StoreError(f"run store {self.path}: {what}: {why} (store damaged)")
+
+    def _pointer(self, run_id: str, pointer_id: str) -> tuple[str, str, int, int] | None:
+        """(kind, sha256, chars, chunks) of a run's pointer, checked; None without it."""
+        with self._reading():
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT p.sha256, p.kind, p.crc, o.chars, o.chunks, o.crc FROM run_pointers p"
+                    " LEFT JOIN originals o ON o.sha256 = p.sha256"
+                    " WHERE p.run_id = ? AND p.pointer_id = ?",
+                    (run_id, pointer_id),
+                )
+                .fetchone()
+            )
+        if row is None:
+            return None
+        sha, kind, crc, chars, chunks, head = row
+        if not (isinstance(sha, str) and isinstance(kind, str)) or crc != _pointer_crc(
+            run_id, pointer_id, sha, kind
+        ):
+            raise self._damaged(pointer_id, "its pointer row fails its checksum")
+        if chars is None:
+            raise self._damaged(pointer_id, f"its original {sha} is missing")
+        if (
+            not (isinstance(chars, int) and isinstance(chunks, int))
+            or head != _head_crc(sha, chars, chunks)
+            or chunks != -(-chars // CHUNK)
+        ):
+            raise self._damaged(pointer_id, "its original's row fails its checksum")
+        return kind, sha, chars, chunks
+
+    def _chunks(
+        self, pointer_id: str, sha: str, first: int, last: int, chunks: int
+    ) -> Iterator[str]:
+        """Chunks first..last of an original, each checked (number, length and CRC)."""
+        with self._reading():
+            rows = self._conn().execute(
+                "SELECT n, text, crc FROM original_chunks WHERE sha256 = ? AND n BETWEEN ? AND ?"
+                " ORDER BY n",
+                (sha, first, last),
+            )
+            expected = first
+            for n, text, crc in rows:
+                if n != expected:
+                    raise self._damaged(pointer_id, f"chunk {expected} of its original is missing")
+                if (
+                    not isinstance(text, str)
+                    or crc != _chunk_crc(sha, n, text)
+                    or (n < chunks - 1 and len(text) != CHUNK)
+                ):
+                    raise self._damaged(pointer_id, f"chunk {n} of its original fails its checksum")
+                expected += 1
+                yield text
+        if expected != last + 1:
+            raise self._damaged(pointer_id, f"chunk {expected} of its original is missing")
+
+    @_reader
     def get_original(self, run_id: str, pointer_id: str) -> tuple[str, str] | None:
-        """(kind, text) of a run's pointer, or None."""
-        row = (
-            self._conn()
-            .execute(
-                "SELECT p.kind, o.text FROM run_pointers p JOIN originals o ON o.sha256 = p.sha256"
-                " WHERE p.run_id = ? AND p.pointer_id = ?",
-                (run_id, pointer_id),
-            )
-            .fetchone()
-        )
-        return None if row is None else (row[0], row[1])
+        """(kind, text) of a run's pointer, or None; the text checked against its sha256."""
+        found = self._pointer(run_id, pointer_id)
+        if found is None:
+            return None
+        kind, sha, chars, chunks = found
+        digest = hashlib.sha256()
+        parts = []
+        for piece in self._chunks(pointer_id, sha, 0, chunks - 1, chunks):
+            digest.update(piece.encode("utf-8", "surrogatepass"))
+            parts.append(piece)
+        text = "".join(parts)
+        if len(text) != chars or digest.hexdigest() != sha:
+            raise self._damaged(pointer_id, "its original's text is not the text stored")
+        return kind, text
 
+    @_reader
+    def original_size(self, run_id: str, pointer_id: str) -> int | None:
+        """Characters of a run's pointer's original, or None without the pointer."""
+        found = self._pointer(run_id, pointer_id)
+        return None if found is None else found[2]
+
+    @_reader
     def get_index(self, run_id: str, pointer_id: str) -> tuple[str, bytes | None] | None:
-        """(kind, stored offset index or None) of a run's pointer, or None."""
-        row = (
-            self._conn()
-            .execute(
-                "SELECT p.kind, i.offsets FROM run_pointers p"
-                " LEFT JOIN original_index i ON i.sha256 = p.sha256"
-                " WHERE p.run_id = ? AND p.pointer_id = ?",
-                (run_id, pointer_id),
+        """(kind, stored offset index or None) of a run's pointer, or None; the index checked."""
+        found = self._pointer(run_id, pointer_id)
+        if found is None:
+            return None
+        kind, sha, _, _ = found
+        with self._reading():
+            row = (
+                self._conn()
+                .execute("SELECT offsets, crc FROM original_index WHERE sha256 = ?", (sha,))
+                .fetchone()
             )
-            .fetchone()
-        )
-        return None if row is None else (row[0], row[1])
+        if row is None:
+            return kind, None
+        if not isinstance(row[0], bytes) or row[1] != _index_crc(sha, row[0]):
+            raise self._damaged(pointer_id, "its offset index fails its checksum")
+        return kind, row[0]
 
     def put_index(self, run_id: str, pointer_id: str, text: str, index: bytes) -> None:
-        """Keep the offset index (and chunks) of an original stored before m005."""
+        """Keep the offset index built late for an original (stored before m005)."""
+        found = self._pointer(run_id, pointer_id)
+        if found is not None:
+            sha = found[1]
+            self._tx(lambda db: self._write_index(db, sha, index))
 
-        def fn(db: sqlite3.Connection) -> None:
-            row = db.execute(
-                "SELECT sha256 FROM run_pointers WHERE run_id = ? AND pointer_id = ?",
-                (run_id, pointer_id),
-            ).fetchone()
-            if row is not None:
-                self._write_index(db, row[0], text, index)
-
-        self._tx(fn)
-
+    @_reader
     def read_original(self, run_id: str, pointer_id: str, start: int, end: int) -> str:
-        """Characters start..end of an indexed original, read from the chunks they span."""
+        """Characters start..end of a pointer's original, read from the chunks they span."""
+        found = self._pointer(run_id, pointer_id)
+        if found is None:
+            raise StoreError(f"run store {self.path}: run {run_id!r} has no pointer {pointer_id}")
+        _, sha, chars, chunks = found
+        end = min(end, chars)
         if end <= start:
             return ""
         first, last = start // CHUNK, (end - 1) // CHUNK
-        parts = [
-            t
-            for (t,) in self._conn().execute(
-                "SELECT c.text FROM run_pointers p JOIN original_chunks c ON c.sha256 = p.sha256"
-                " WHERE p.run_id = ? AND p.pointer_id = ? AND c.n BETWEEN ? AND ? ORDER BY c.n",
-                (run_id, pointer_id, first, last),
-            )
-        ]
-        if len(parts) != last - first + 1:
-            raise StoreError(
-                f"run store {self.path}: {pointer_id} has {len(parts)} of the "
-                f"{last - first + 1} chunks for characters {start}-{end} (store damaged)"
-            )
-        return "".join(parts)[start - first * CHUNK : end - first * CHUNK]
+        text = "".join(self._chunks(pointer_id, sha, first, last, chunks))
+        return text[start - first * CHUNK : end - first * CHUNK]
 
+    @_reader
     def pointers(self, run_id: str) -> list[dict[str, Any]]:
-        """A run's pointers (id, sha256, kind, characters), in id order."""
-        return [
-            {"pointer_id": p, "sha256": sha, "kind": kind, "chars": chars}
-            for p, sha, kind, chars in self._conn().execute(
-                "SELECT p.pointer_id, p.sha256, p.kind, length(o.text) FROM run_pointers p"
-                " JOIN originals o ON o.sha256 = p.sha256 WHERE p.run_id = ?"
-                " ORDER BY p.pointer_id",
-                (run_id,),
-            )
-        ]
+        """A run's pointers (id, sha256, kind, characters), in id order, each row checked."""
+        with self._reading():
+            ids = [
+                p
+                for (p,) in self._conn().execute(
+                    "SELECT pointer_id FROM run_pointers WHERE run_id = ? ORDER BY pointer_id",
+                    (run_id,),
+                )
+            ]
+        out = []
+        for pointer_id in ids:
+            found = self._pointer(run_id, pointer_id)
+            if found is not None:
+                kind, sha, chars, _ = found
+                out.append({"pointer_id": pointer_id, "sha256": sha, "kind": kind, "chars": chars})
+        return out
 
     @staticmethod
     def _thread_counts(db: sqlite3.Connection, run_id: str) -> dict[str, int]:
@@ -835,28 +1026,62 @@ class SqliteRunStore:
             )
         )
 
+    @_reader
     def threads(
         self, run_id: str, db: sqlite3.Connection | None = None
     ) -> dict[str, list[dict[str, Any]]]:
         """A run's conversation threads as checkpointed: thread id -> messages in order."""
         out: dict[str, list[dict[str, Any]]] = {}
-        for tid, text in (db or self._conn()).execute(
-            "SELECT thread_id, message FROM run_threads WHERE run_id = ? ORDER BY thread_id, n",
-            (run_id,),
-        ):
-            out.setdefault(tid, []).append(json.loads(text))
+        with self._reading():
+            rows = (
+                (db or self._conn())
+                .execute(
+                    "SELECT thread_id, message FROM run_threads WHERE run_id = ? ORDER BY thread_id, n",
+                    (run_id,),
+                )
+                .fetchall()
+            )
+        for tid, text in rows:
+            try:
+                message = json.loads(text)
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise self._damaged(f"thread {tid} of run {run_id}", f"not JSON ({exc})") from exc
+            if not isinstance(message, dict):
+                raise self._damaged(f"thread {tid} of run {run_id}", "a message is no object")
+            out.setdefault(tid, []).append(message)
         return out
 
+    @_reader
     def events(self, run_id: str) -> list[dict[str, Any]]:
-        """A run's trace events in order, each naming its run (`run_id`)."""
-        self.load(run_id)  # RUN_NOT_FOUND for unknown ids
-        # Events stored before they carried run_id get it here, so every reader sees one shape.
-        return [
-            {"run_id": run_id, **json.loads(d)}
-            for (d,) in self._conn().execute(
-                "SELECT data FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-            )
-        ]
+        """A run's trace events in order, each naming its run (`run_id`).
+
+        Each event's JSON is checked against its row (seq, type, step) and to be an
+        object: a damaged store is STORE_ERROR, never a traceback in `runtime trace`.
+        """
+        with self._reading():
+            db = self._conn()
+            if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                raise RunError(f"no run {run_id!r} in {self.path}", code="RUN_NOT_FOUND")
+            rows = db.execute(
+                "SELECT seq, type, step_id, data FROM events WHERE run_id = ? ORDER BY seq",
+                (run_id,),
+            ).fetchall()
+        out = []
+        for seq, kind, step_id, data in rows:
+            try:
+                event = json.loads(data)
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise self._damaged(f"event {seq} of run {run_id}", f"not JSON ({exc})") from exc
+            if (
+                not isinstance(event, dict)
+                or event.get("seq") != seq
+                or event.get("type") != kind
+                or event.get("step_id") != step_id
+            ):
+                raise self._damaged(f"event {seq} of run {run_id}", "it disagrees with its row")
+            # Events stored before they carried run_id get it here: every reader sees one shape.
+            out.append({"run_id": run_id, **event})
+        return out
 
     def close(self) -> None:
         """Close this thread's connection."""

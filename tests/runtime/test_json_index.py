@@ -21,7 +21,7 @@ from pointer_support import ctx_of, paths
 
 from runtime.context import pointers as ptr
 from runtime.context.pointers import JsonIndex, build_json_index, json_slice
-from runtime.engine.store import CHUNK, MIGRATIONS, SqliteRunStore
+from runtime.engine.store import CHUNK, MIGRATIONS, SqliteRunStore, _index_crc
 from runtime.errors import RunError, StoreError
 
 ODD = ["a]b", 'q"uo\\te', "{x}", "é ü ß", "😀 emoji", "tab\tnew\nline", "[", "", "a,b:c"]
@@ -223,7 +223,13 @@ def test_the_sqlite_store_keeps_index_and_chunks_and_a_new_process_seeks(tmp_pat
     text_pid = put(store, "not json [", kind="text")
     conn = store._conn()
     assert conn.execute("SELECT count(*) FROM original_index").fetchone()[0] == 1
-    chunks = [r[0] for r in conn.execute("SELECT text FROM original_chunks ORDER BY n")]
+    sha = ptr.pointer_id_of(BIG_DOC)[1]
+    chunks = [
+        r[0]
+        for r in conn.execute(
+            "SELECT text FROM original_chunks WHERE sha256 = ? ORDER BY n", (sha,)
+        )
+    ]
     assert "".join(chunks) == BIG_DOC and len(chunks) == -(-len(BIG_DOC) // CHUNK)
     assert store.get_index("r", text_pid) == ("text", None)
     assert store.get_index("r", "ptr-0123456789abcdef") is None
@@ -280,13 +286,18 @@ def test_an_old_original_that_is_not_json_is_a_coded_slice_error(tmp_path):
 
 
 def damage(store: SqliteRunStore, pid: str, at: int, delta: int) -> None:
+    """Move one stored offset, and make the index's checksum (m008) match again: the
+    index's own checks behind the checksum must still catch it."""
     conn = store._conn()
-    (blob,) = conn.execute("SELECT offsets FROM original_index").fetchone()
+    (sha, blob) = conn.execute("SELECT sha256, offsets FROM original_index").fetchone()
     a = JsonIndex(blob).a
     a[at] += delta
     if sys.byteorder == "big":
         a.byteswap()
-    conn.execute("UPDATE original_index SET offsets = ?", (a.tobytes(),))
+    conn.execute(
+        "UPDATE original_index SET offsets = ?, crc = ?",
+        (a.tobytes(), _index_crc(sha, a.tobytes())),
+    )
 
 
 def item_slot(blob: bytes, item: int) -> int:
@@ -335,12 +346,14 @@ def test_a_damaged_key_offset_or_missing_chunk_is_detected(tmp_path):
     with pytest.raises(StoreError, match="no key"):
         ptr.rehydrate(ctx_of(store), pid, "$.results[0]")
     store._conn().execute("DELETE FROM original_index")
-    store._conn().execute("DELETE FROM original_chunks WHERE n = 3")
-    store.put_index("r", pid, BIG_DOC, blob)  # rewrites index and every chunk
+    store.put_index("r", pid, BIG_DOC, blob)  # the index written again
     assert ptr.rehydrate(ctx_of(store), pid, "$.results[0]") == json_slice(BIG_DOC, "$.results[0]")
+    # The chunks are the original's only copy (m008): one lost is STORE_ERROR, never text.
     store._conn().execute("DELETE FROM original_chunks WHERE n = 3")
-    with pytest.raises(StoreError, match="chunks"):
+    with pytest.raises(StoreError, match="chunk 3 of its original is missing"):
         store.read_original("r", pid, 2 * CHUNK, 4 * CHUNK)
+    with pytest.raises(StoreError, match="chunk 3 of its original is missing"):
+        store.get_original("r", pid)
 
 
 def test_a_start_moved_inside_a_value_or_past_the_text_is_detected():
