@@ -59,8 +59,8 @@ REHYDRATE_SPEC: dict[str, Any] = {
 SPECS = {"rehydrate": REHYDRATE_SPEC}
 
 
-def _rehydrate(ctx: StepContext, args: dict[str, Any]) -> str:
-    """The original (or slice) behind a pointer, from the run's pointer store."""
+def _rehydrate(ctx: StepContext, args: dict[str, Any], room: int, token_bytes: int | None) -> str:
+    """The original (or slice) behind a pointer; SliceTooLarge when over room by a bound."""
     from runtime.context.pointers import rehydrate
 
     pointer_id = args.get("pointer_id")
@@ -69,10 +69,12 @@ def _rehydrate(ctx: StepContext, args: dict[str, Any]) -> str:
         raise ModelError(
             "rehydrate takes {pointer_id: string, slice?: string}", code="TOOL_ARGUMENTS_INVALID"
         )
-    return str(rehydrate(ctx, pointer_id, part))
+    return str(rehydrate(ctx, pointer_id, part, max_tokens=max(room, 0), token_bytes=token_bytes))
 
 
-HANDLERS: dict[str, Callable[[StepContext, dict[str, Any]], str]] = {"rehydrate": _rehydrate}
+HANDLERS: dict[str, Callable[[StepContext, dict[str, Any], int, int | None], str]] = {
+    "rehydrate": _rehydrate
+}
 
 
 def complete(
@@ -169,8 +171,18 @@ def _run(ctx: StepContext, call: Any, number: int, room: int, count: Callable[[s
     handler = HANDLERS.get(call.name)
     if handler is None:
         return _refuse(ctx, record, "TOOL_UNKNOWN", f"no tool {_cut(call.name)!r} is offered")
-    try:
-        result = handler(ctx, args)
+    from runtime.context.pointers import SliceTooLarge, max_token_bytes
+
+    try:  # `count` is the model's counter's count: its vocabulary bounds a slice unread
+        result = handler(ctx, args, room, max_token_bytes(getattr(count, "__self__", None)))
+    except SliceTooLarge as exc:
+        return _refuse(
+            ctx,
+            record,
+            "CONTEXT_OVERFLOW",
+            f"the result is at least {exc.tokens:,} tokens ({exc.chars:,} characters or more) "
+            f"and {max(room, 0)} fit in the window: ask for a smaller slice",
+        )
     except StepRuntimeError as exc:
         return _refuse(ctx, record, exc.code, exc.message)
     tokens = count(result)

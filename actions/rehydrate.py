@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actions import _summarisers  # noqa: F401  (pointers may hold summarised code)
-from runtime.context.pointers import rehydrate
+from runtime.context.pointers import SliceTooLarge, _shown, max_token_bytes, rehydrate
 from runtime.contract.action import (
     VARIABLE_PATTERN,
     Action,
@@ -109,19 +109,33 @@ class Rehydrate(Action):
                 code="VARIABLE_TYPE",
                 step_id=ctx.step_id,
             )
+        limit = step.get("max_tokens", ctx.settings.get("max_context_tokens"))
+        counter = ctx.services.tokens() if limit is not None else None
         try:
-            text = rehydrate(ctx, pointer_id.strip(), part)
+            # Refused from a byte bound before the text is read whole or encoded.
+            text = rehydrate(
+                ctx,
+                pointer_id.strip(),
+                part,
+                max_tokens=None if limit is None else int(limit),
+                token_bytes=max_token_bytes(counter),
+            )
+        except SliceTooLarge as exc:
+            raise RunError(
+                f"step {ctx.step_id!r}: {pointer_id} {_shown(part or 'whole')}: {exc.message}",
+                code="REHYDRATE_OVER_BUDGET",
+                step_id=ctx.step_id,
+            ) from exc
         except RunError as exc:
             if exc.step_id is None:
                 exc.step_id = ctx.step_id
             raise
-        limit = step.get("max_tokens", ctx.settings.get("max_context_tokens"))
         tokens = None
-        if limit is not None:
-            tokens = ctx.services.tokens().count(text)
+        if counter is not None:
+            tokens = counter.count(text)
             if tokens > int(limit):
                 raise RunError(
-                    f"step {ctx.step_id!r}: {pointer_id} {part or 'whole'} is {tokens} tokens, "
+                    f"step {ctx.step_id!r}: {pointer_id} {_shown(part or 'whole')} is {tokens} tokens, "
                     f"over the {limit}-token budget: ask for a smaller slice",
                     code="REHYDRATE_OVER_BUDGET",
                     step_id=ctx.step_id,

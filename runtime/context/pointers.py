@@ -252,6 +252,53 @@ def store_of(ctx: Any) -> PointerStore:
     return store
 
 
+class SliceTooLarge(RunError):
+    """A slice refused before it was read whole or encoded: over a token budget by a bound.
+
+    `chars` characters were seen (the slice has at least that many), so it has at least
+    `tokens` tokens: no token of the counter's encoding holds more than `token_bytes`
+    UTF-8 bytes, and a character is at least one byte.
+    """
+
+    def __init__(self, chars: int, token_bytes: int, budget: int) -> None:
+        self.chars, self.token_bytes, self.budget = chars, token_bytes, budget
+        self.tokens = -(-chars // token_bytes)
+        super().__init__(
+            f"the slice has at least {self.tokens:,} tokens ({chars:,} characters or more, "
+            f"and no token holds more than {token_bytes} bytes), over the {budget:,}-token "
+            "budget: ask for a smaller slice",
+            code="REHYDRATE_OVER_BUDGET",
+        )
+
+
+_TOKEN_BYTES: dict[str, int] = {}
+
+
+def max_token_bytes(counter: Any) -> int | None:
+    """The most UTF-8 bytes one token of the counter's encoding holds, or None when unknown.
+
+    Read from the BPE vocabulary itself (tiktoken's `token_byte_values`): 128 for
+    cl100k_base and o200k_base. A text of B bytes then has at least B / 128 tokens, and
+    of C characters at least C / 128 (a character is at least one byte). A counter
+    without such a vocabulary (a server's tokenizer) gives no bound: its slices are
+    counted after they are read.
+    """
+    encoding = getattr(counter, "encoding", None)
+    values = getattr(encoding, "token_byte_values", None)
+    if values is None:
+        return None
+    name = str(getattr(encoding, "name", id(encoding)))
+    if name not in _TOKEN_BYTES:
+        _TOKEN_BYTES[name] = max(len(v) for v in values())
+    return _TOKEN_BYTES[name]
+
+
+def _refuse_over(chars: int, limit: tuple[int, int] | None) -> None:
+    """SliceTooLarge when chars characters are over the (budget, token bytes) bound."""
+    if limit is not None and chars > limit[0] * limit[1]:
+        raise SliceTooLarge(chars, limit[1], limit[0])
+
+
 class Slice(NamedTuple):
     """A parsed slice expression: form "whole", "lines" (first, last), "hunk" (first) or "json"."""
 
@@ -294,8 +341,21 @@ def _number(digits: str, part: str) -> int:
     return int(digits)
 
 
-def rehydrate(ctx: Any, pointer_id: str, part: str | None = None) -> str:
-    """The original behind a run's pointer, whole or the slice `part` (exact text)."""
+def rehydrate(
+    ctx: Any,
+    pointer_id: str,
+    part: str | None = None,
+    *,
+    max_tokens: int | None = None,
+    token_bytes: int | None = None,
+) -> str:
+    """The original behind a run's pointer, whole or the slice `part` (exact text).
+
+    With max_tokens and token_bytes (`max_token_bytes` of the counter), a slice with more
+    than max_tokens x token_bytes characters is SliceTooLarge (REHYDRATE_OVER_BUDGET),
+    decided from the stored sizes and offsets before it is read, or while a lines slice is
+    located chunk by chunk: memory stays proportional to the slice, not the original.
+    """
     if not isinstance(pointer_id, str) or not _ID.match(pointer_id):
         raise RunError(
             f"{_shown(pointer_id)} is not a pointer id (ptr- and 16 hex digits)",
@@ -304,21 +364,33 @@ def rehydrate(ctx: Any, pointer_id: str, part: str | None = None) -> str:
         )
     want = parse_slice(part)
     store = store_of(ctx)
+    limit = (max_tokens, token_bytes) if max_tokens is not None and token_bytes else None
     if want.form == "json":
-        return _rehydrate_json(ctx, store, pointer_id, want.path, list(want.steps))
-    if want.form == "lines":
-        return _rehydrate_lines(ctx, store, pointer_id, want.first, want.last, part)
-    hit = store.get_original(ctx.run_id, pointer_id)
-    if hit is None:
-        raise _unknown(ctx, pointer_id)
-    _kind, text = hit
-    if want.form == "whole":
-        return text
-    return hunk_slice(text, want.first)
+        text = _rehydrate_json(ctx, store, pointer_id, want.path, list(want.steps), limit)
+    elif want.form == "lines":
+        text = _rehydrate_lines(ctx, store, pointer_id, want.first, want.last, part, limit)
+    else:
+        if want.form == "whole":
+            size = store.original_size(ctx.run_id, pointer_id)
+            if size is None:
+                raise _unknown(ctx, pointer_id)
+            _refuse_over(size, limit)
+        hit = store.get_original(ctx.run_id, pointer_id)
+        if hit is None:
+            raise _unknown(ctx, pointer_id)
+        text = hit[1] if want.form == "whole" else hunk_slice(hit[1], want.first)
+    _refuse_over(len(text), limit)  # what no bound caught before reading: still not encoded
+    return text
 
 
 def _rehydrate_lines(
-    ctx: Any, store: PointerStore, pointer_id: str, first: int, last: int, part: str | None
+    ctx: Any,
+    store: PointerStore,
+    pointer_id: str,
+    first: int,
+    last: int,
+    part: str | None,
+    limit: tuple[int, int] | None = None,
 ) -> str:
     """A `lines A-B` slice: through the stored line index, reading only the blocks it spans."""
     found = store.get_index(ctx.run_id, pointer_id)
@@ -328,8 +400,17 @@ def _rehydrate_lines(
     if index is not None and is_line_index(index):
         lines = LineIndex(index)
         start, end, skipped = lines.span(first, last, part or f"lines {first}-{last}")
-        text = store.read_original(ctx.run_id, pointer_id, start, end)
-        return line_slice(text, first - skipped, last - skipped, part or "")
+        if limit is None or end - start <= limit[0] * limit[1]:
+            text = store.read_original(ctx.run_id, pointer_id, start, end)
+            return line_slice(text, first - skipped, last - skipped, part or "")
+
+        # The blocks are over the bound (a 50 MB line is one block): find the lines'
+        # exact range piece by piece, refusing as soon as it is over, then read only it.
+        def read(a: int, b: int) -> str:
+            return store.read_original(ctx.run_id, pointer_id, a, b)
+
+        s, e = _locate_lines(read, start, end, first - skipped, last - skipped, limit, pointer_id)
+        return read(s, e)
     hit = store.get_original(ctx.run_id, pointer_id)
     if hit is None:
         raise _unknown(ctx, pointer_id)
@@ -338,6 +419,36 @@ def _rehydrate_lines(
         # Stored before line indexes were: build it now, once, so the next slice seeks.
         store.put_index(ctx.run_id, pointer_id, text, build_line_index(text))
     return line_slice(text, first, last, part or "")
+
+
+_SCAN = 65_536  # characters read at a time while locating a lines slice in a long block
+
+
+def _locate_lines(
+    read: Any, start: int, end: int, first: int, last: int, limit: tuple[int, int], name: str
+) -> tuple[int, int]:
+    """(start, end) of lines first..last (counted from the block at start), read piece by
+    piece; SliceTooLarge as soon as the lines are over the bound."""
+    pos, line = start, 1
+    begin = start if first == 1 else -1
+    while pos < end:
+        piece = read(pos, min(pos + _SCAN, end))
+        if not piece:
+            raise StoreError(f"the line index of {name} points past its text (store damaged)")
+        at = piece.find("\n")
+        while at >= 0:
+            line += 1
+            if line == first:
+                begin = pos + at + 1
+            elif line == last + 1:
+                return begin, pos + at + 1
+            at = piece.find("\n", at + 1)
+        pos += len(piece)
+        if begin >= 0:
+            _refuse_over(pos - begin, limit)
+    if begin < 0 or line < last:
+        raise StoreError(f"the line index of {name} disagrees with its text (store damaged)")
+    return begin, end
 
 
 def _unknown(ctx: Any, pointer_id: str) -> RunError:
@@ -349,7 +460,12 @@ def _unknown(ctx: Any, pointer_id: str) -> RunError:
 
 
 def _rehydrate_json(
-    ctx: Any, store: PointerStore, pointer_id: str, path: str, steps: list[str | int]
+    ctx: Any,
+    store: PointerStore,
+    pointer_id: str,
+    path: str,
+    steps: list[str | int],
+    limit: tuple[int, int] | None = None,
 ) -> str:
     """A JSON-path slice: through the stored index, read range by range from the store.
 
@@ -367,7 +483,7 @@ def _rehydrate_json(
 
         json_index = JsonIndex(index)
         _check_blank_tail(json_index, read, path)
-        return _indexed_slice(json_index, read, path, steps, pointer_id)
+        return _indexed_slice(json_index, read, path, steps, pointer_id, limit)
     hit = store.get_original(ctx.run_id, pointer_id)
     if hit is None:
         raise _unknown(ctx, pointer_id)
@@ -691,7 +807,12 @@ class JsonIndex:
 
 
 def _indexed_slice(
-    index: JsonIndex, read: Any, path: str, steps: list[str | int], name: str = "the original"
+    index: JsonIndex,
+    read: Any,
+    path: str,
+    steps: list[str | int],
+    name: str = "the original",
+    limit: tuple[int, int] | None = None,
 ) -> str:
     """The value at steps, seeking through the index's levels, then scanning within."""
     a = index.a
@@ -729,6 +850,7 @@ def _indexed_slice(
         if found < 0:
             raise _bad(path, f"{where}: no key {step!r}")
         start, end, record = a[found + 2], a[found + 3], a[found + 4]
+    _refuse_over(end - start, limit)  # the value's size is known before it is read
     return _read_value(index, read, start, end, name)
 
 
