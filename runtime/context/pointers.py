@@ -512,6 +512,8 @@ def _check_blank_tail(index: JsonIndex, read: Any, path: str) -> None:
 
 
 def _bad(part: str, why: str) -> RunError:
+    if len(why) > 200:  # it may quote a key or a path of the (bounded) slice
+        why = f"{why[:180]}... ({len(why):,} characters)"
     return RunError(f"slice {_shown(part)}: {why}", code="SLICE_INVALID")
 
 
