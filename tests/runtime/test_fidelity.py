@@ -208,6 +208,12 @@ def test_only_included_inputs_no_step_wrote_are_shown_in_include_order(mode):
     assert "hit" not in p.text and "draft" not in p.text
     assert p.text.index("x = 1") < p.text.index("fix it")  # the include list's order
     assert p.text.count("x = 1") == 1 and p.variables_shown == 2
+    # A variable no step wrote that is no input either (an action's default, say) is not
+    # shown however the include list names it.
+    other = fid.build_preamble(
+        mode, view([], {"context_blocks": ["b"]}, include=["context_blocks"], inputs=[]), COUNTER
+    )
+    assert '"b"' not in other.text and "context_blocks" not in other.text
     # Without an include list a preamble shows no variable at all.
     bare = fid.build_preamble(mode, view([], variables, include=None, **base), COUNTER)
     assert not any(v in bare.text for v in variables.values()) and bare.variables_shown == 0

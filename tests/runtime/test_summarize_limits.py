@@ -120,9 +120,11 @@ def test_a_budget_of_zero_is_refused(counter):
 
 
 def test_one_long_line_does_not_end_a_summary(counter):
-    optional = ["short one", "word " * 200, "short two", "short three"]
-    text = fit_lines(["head"], optional, 60, counter)
-    assert text.split("\n") == ["head", "short one", "short two", "short three"]
+    # The long line is skipped and the thirty short ones after it are taken: more than the
+    # exact top-up's 16 tries could add back.
+    short = [f"short line {i}" for i in range(30)]
+    text = fit_lines(["head"], [short[0], "word " * 200, *short[1:]], 200, counter)
+    assert text.split("\n") == ["head", *short]
 
 
 def test_the_exact_count_tops_a_summary_up_near_its_budget(counter):
@@ -224,15 +226,21 @@ def test_a_line_exactly_at_the_display_limit_is_whole(counter):
 
 
 def test_sentences_cut_by_the_head_or_tail_window_are_not_shown(counter):
-    # Sentences of 49 characters: the 6,000-character windows cut one in the middle at
-    # each end; those halves never appear.
-    sentences = [f"Sentence {i:04d} tells the story of the order." for i in range(400)]
-    text = " ".join(sentences)
-    s = summarise(text, "text", 2000, counter).text
+    # The text is read 6,000 characters into each end: the sentence the head window ends in,
+    # and the one the tail window starts in, are cut there; neither half is ever shown.
+    window = summarize._HEAD_CHARS
+    for n in range(3000, 3100):  # a length at which both windows cut a sentence mid-way
+        sentences = [f"Sentence {i:04d} tells the story of order {i * 7}." for i in range(n)]
+        text = " ".join(sentences)
+        head, tail = text[:window].rstrip(), text[-window:].lstrip()
+        if not head.endswith(".") and not tail.startswith("Sentence "):
+            break
+    assert not head.endswith(".") and not tail.startswith("Sentence ")
+    s = summarise(text, "text", 6000, counter).text
     shown = s.split("\n")[1:]
-    assert all(line in sentences or line == "[…]" for line in shown), [
-        ln for ln in shown if ln not in sentences
-    ][:2]
+    assert "[…]" in shown and len(shown) > 200  # both windows whole, but for the cut pieces
+    whole = set(sentences)
+    assert [line for line in shown if line not in whole and line != "[…]"] == []
 
 
 # --- code ----------------------------------------------------------------------------------
