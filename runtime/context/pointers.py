@@ -158,9 +158,15 @@ class Pointer:
     lines: int
 
 
+_HASH_STEP = 1 << 20
+
+
 def pointer_id_of(text: str) -> tuple[str, str]:
     """(pointer id, sha256) of a text: the id is the sha256's first 16 hex digits."""
-    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    digest = hashlib.sha256()
+    for at in range(0, len(text), _HASH_STEP):  # a megabyte at a time: no second whole copy
+        digest.update(text[at : at + _HASH_STEP].encode("utf-8"))
+    sha = digest.hexdigest()
     return PREFIX + sha[:16], sha
 
 
