@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.contract.action import StepContext
+from runtime.contract.text import invalid_text
 from runtime.errors import ContextOverflowError, ModelError, StepRuntimeError
 
 DEFAULT_TOOL_ROUNDS = 3
@@ -156,7 +157,12 @@ def _arguments(raw: str) -> dict[str, Any] | str:
         return "the arguments are nested too deep"
     except ValueError:
         return "the arguments are not a JSON object"
-    return args if isinstance(args, dict) else "the arguments are not a JSON object"
+    if not isinstance(args, dict):
+        return "the arguments are not a JSON object"
+    # `"\ud800"` decodes to a lone surrogate, which no UTF-8 store or prompt can hold: refused
+    # like any text that is not valid Unicode (runtime/contract/text.py), naming where.
+    problem = invalid_text(args)
+    return args if problem is None else f"the arguments are not valid Unicode text: {problem}"
 
 
 def _run(ctx: StepContext, call: Any, number: int, room: int, count: Callable[[str], int]) -> str:

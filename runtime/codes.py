@@ -344,6 +344,14 @@ _CODES: list[Code] = [
         "An `--inputs` file or `--input` value nests JSON deeper than the depth limit.",
         "Flatten the value, or raise --max-input-depth ($RUNTIME_MAX_INPUT_DEPTH; default 64).",
     ),
+    Code(
+        "INPUT_INVALID_TEXT",
+        "run",
+        "An input holds text that is not valid Unicode: a byte that is not UTF-8 in an "
+        "`--input` value or `--inputs` file, or a lone surrogate (JSON `\\ud800` without its "
+        "pair) anywhere in the inputs. The message names the input and the position.",
+        "Pass UTF-8 text; write a character beyond U+FFFF as its surrogate pair or as itself.",
+    ),
     Code("VARIABLE_MISSING", "run", "A step reads a state variable that is not set."),
     Code("VARIABLE_TYPE", "run", "A state variable has the wrong type for the step."),
     Code(

@@ -4,6 +4,10 @@ The limits hold before anything large is in memory: the file is checked by `stat
 read with a bounded read (a FIFO or `/dev/zero` stops at the limit too), and nesting is
 measured by a linear scan before `json.loads`, which would otherwise recurse once per
 level and end in a RecursionError.
+
+Text that is not valid Unicode is refused here with INPUT_INVALID_TEXT naming the input
+and the position (runtime/contract/text.py): a byte of an `--input` value or `--inputs`
+file that is not UTF-8, or a lone surrogate a JSON escape decodes to (`"\\ud800"`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 import click
 
+from runtime.contract.text import invalid_text, undecodable_bytes
 from runtime.errors import InputError
 
 DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB for the file and every --input value together
@@ -68,6 +73,30 @@ def read_bounded(path: str, limit: int) -> bytes:
     return data
 
 
+def _not_text(what: str, reason: str, kind: str = "valid Unicode") -> InputError:
+    return InputError(f"{what} is not {kind} text: {reason}", code="INPUT_INVALID_TEXT")
+
+
+def _decoded(raw: bytes, what: str) -> str:
+    """raw as UTF-8, or INPUT_INVALID_TEXT naming the first bad byte and its line."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        byte = raw[exc.start]
+        raise _not_text(
+            what, f"byte 0x{byte:02X} at byte {exc.start} (line {line}) is not UTF-8", "UTF-8"
+        ) from exc
+
+
+def _checked(value: Any, what: str) -> Any:
+    """value, unless a string in it (keys too) holds a lone surrogate: INPUT_INVALID_TEXT."""
+    problem = invalid_text(value)
+    if problem is not None:
+        raise _not_text(what, problem)
+    return value
+
+
 def _loads(text: str, what: str, max_depth: int) -> Any:
     if json_depth(text, max_depth) > max_depth:
         raise InputError(
@@ -92,17 +121,25 @@ def parse_inputs(
     if inputs_file:
         raw = read_bounded(inputs_file, max_bytes)
         used = len(raw)
+        what = f"--inputs {inputs_file}"
+        text = _decoded(raw, what)
         try:
-            data = _loads(raw.decode("utf-8"), f"--inputs {inputs_file}", max_depth)
-        except ValueError as exc:  # UnicodeDecodeError is a ValueError too
+            data = _loads(text, what, max_depth)
+        except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--inputs") from exc
         if not isinstance(data, dict):
             raise click.BadParameter("must hold a JSON object", param_hint="--inputs")
-        values.update(data)
+        values.update(_checked(data, what))
     for pair in pairs:
         name, sep, raw_value = pair.partition("=")
         if not sep or not name:
             raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--input")
+        for part in (name, raw_value):
+            # Python reads argv with surrogateescape: a byte that is not UTF-8 is a surrogate.
+            bad = undecodable_bytes(part)
+            if bad is not None:
+                raise _not_text(f"--input {name!r}", bad, "UTF-8")
+            _checked(part, f"--input {name!r}")
         used += len(raw_value.encode("utf-8", "surrogatepass"))
         if used > max_bytes:
             raise _too_large(f"--input {name} (with the inputs before it)", used, max_bytes)
@@ -114,4 +151,5 @@ def parse_inputs(
             values[name] = _loads(raw_value, f"--input {name}", max_depth)
         except ValueError:
             values[name] = raw_value  # not JSON: the text itself
+        _checked(values[name], f"--input {name!r}")
     return values

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.contract.action import ENGINE_OWNED, VARIABLE_PATTERN, Action
+from runtime.contract.text import invalid_text
 from runtime.errors import ActionContractError, InputError, StateError
 from runtime.format.pipeline import Pipeline
 
@@ -146,6 +147,13 @@ def apply_inputs(pipeline: Pipeline, inputs: Mapping[str, Any]) -> dict[str, Any
         if name in ENGINE_OWNED:
             raise InputError(f"input {name!r} is an engine-owned field", code="STATE_PROTECTED")
         check_json(values[name], f"input {name!r}")
+        # One policy for text that is not valid Unicode: refused where it enters, here for
+        # the embedding API and resume as in the CLI (runtime/contract/text.py).
+        problem = invalid_text(name) or invalid_text(values[name])
+        if problem is not None:
+            raise InputError(
+                f"input {name!r} is not valid Unicode text: {problem}", code="INPUT_INVALID_TEXT"
+            )
     if pipeline.inputs is None:
         return values
     unknown = sorted(set(values) - set(pipeline.inputs))

@@ -16,7 +16,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from runtime.errors import StepRuntimeError
+from runtime.contract.text import describe, invalid_text, surrogate_at
+from runtime.errors import ModelProviderError, StepRuntimeError
 from runtime.models.base import (
     ChunkCallback,
     ModelConfig,
@@ -69,6 +70,49 @@ def scrubbed(response: ModelResponse, scrub: Scrubber) -> ModelResponse:
     return dataclasses.replace(response, **changes)
 
 
+def _quoted(text: str) -> str:
+    """text with any lone surrogate written as its escape (`\\ud800`), so it can be printed."""
+    if surrogate_at(text) < 0:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _not_text(where: str, problem: str) -> ModelProviderError:
+    return ModelProviderError(f"the reply's {where} is not valid Unicode text: {problem}")
+
+
+def _refuse_invalid_text(response: ModelResponse) -> None:
+    """MODEL_PROVIDER_ERROR when any string of response holds a lone surrogate."""
+    for field in dataclasses.fields(response):
+        value = getattr(response, field.name)
+        if field.name == "tool_calls":
+            for n, call in enumerate(value):
+                for part in ("id", "name", "arguments"):
+                    text = getattr(call, part)
+                    if (index := surrogate_at(text)) >= 0:
+                        raise _not_text(f"tool call {n}'s {part}", describe(text, index))
+        elif isinstance(value, str | dict | list):
+            problem = invalid_text(value)
+            if problem is not None:
+                raise _not_text(field.name.replace("_", " "), problem)
+
+
+class _CheckedStream:
+    """Passes streamed pieces on, refusing one that holds a lone surrogate before it is shown."""
+
+    def __init__(self, sink: ChunkCallback) -> None:
+        self._sink = sink
+        self._seen = 0  # characters passed on so far: positions count from the reply's start
+
+    def feed(self, piece: str) -> None:
+        """Pass piece on, or raise MODEL_PROVIDER_ERROR naming its surrogate's position."""
+        index = surrogate_at(piece)
+        if index >= 0:
+            raise _not_text("text", describe(piece, index, before=self._seen))
+        self._seen += len(piece)
+        self._sink(piece)
+
+
 class ScrubbingProvider:
     """Wraps a provider: replies, streamed pieces and errors come out without any secret."""
 
@@ -85,23 +129,28 @@ class ScrubbingProvider:
     def complete(
         self, request: ModelRequest, *, on_chunk: ChunkCallback | None = None
     ) -> ModelResponse:
-        """The inner provider's answer, scrubbed; a key split across pieces is held back."""
+        """The inner provider's answer, scrubbed; a key split across pieces is held back.
+
+        A reply holding text that is not valid Unicode (a lone surrogate: JSON's `\\ud800`
+        without its pair) is MODEL_PROVIDER_ERROR naming the field and the position, also
+        mid-stream before the piece is shown: no UTF-8 store, cassette or terminal holds it.
+        """
         scrub = self.scrubber()
-        pieces = scrub.stream(on_chunk) if on_chunk is not None and scrub else None
+        held = scrub.stream(on_chunk) if on_chunk is not None and scrub else None
+        sink = held.feed if held is not None else on_chunk
+        checked = _CheckedStream(sink).feed if sink is not None else None
         try:
-            response = self.inner.complete(
-                request, on_chunk=pieces.feed if pieces is not None else on_chunk
-            )
+            response = self.inner.complete(request, on_chunk=checked)
+            if held is not None:
+                held.flush()
+            _refuse_invalid_text(response)
         except StepRuntimeError as exc:
-            if scrub:
-                # Scrubbed in place: the error keeps its class, code and cause.
-                exc.message = scrub.text(exc.message)
-                exc.args = (exc.message,)
-                exc.hint = scrub.text(exc.hint) if exc.hint else exc.hint
-                exc.details = scrub.data(exc.details)
+            # In place: the error keeps its class, code and cause.
+            exc.message = _quoted(scrub.text(exc.message))
+            exc.args = (exc.message,)
+            exc.hint = _quoted(scrub.text(exc.hint)) if exc.hint else exc.hint
+            exc.details = scrub.data(exc.details)
             raise
-        if pieces is not None:
-            pieces.flush()
         if not scrub:
             return response
         return scrubbed(response, scrub)

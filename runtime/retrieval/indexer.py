@@ -66,11 +66,15 @@ class IndexReport:
 
 
 def decode_source(raw: bytes) -> tuple[str | None, str]:
-    """(text, encoding) of a source file; (None, "binary") when it is not text.
+    """(text, encoding) of a source file; (None, "binary") when it is not text; (None, why)
+    when it is text in no encoding read here (why names the first bad byte and its line).
 
     A byte-order mark decides (SSMS saves scripts as UTF-16 with one); without one, UTF-8,
     else Windows-1252, which SQL Server tools and older Visual Studio wrote by default.
-    A NUL byte without a UTF-16 mark means binary.
+    A NUL byte without a UTF-16 mark means binary. A file that fails its byte-order mark's
+    encoding (a lone surrogate in UTF-16) or holds a byte Windows-1252 leaves undefined is
+    not skipped as binary: the indexer reports it as not indexed (INPUT_INVALID_TEXT), as
+    text that is not valid Unicode is refused everywhere it enters (runtime/contract/text.py).
     """
     for bom, name in (
         (b"\xef\xbb\xbf", "utf-8-sig"),
@@ -82,8 +86,12 @@ def decode_source(raw: bytes) -> tuple[str | None, str]:
         if raw.startswith(bom):
             try:
                 return raw.decode(name), name
-            except UnicodeDecodeError:
-                return None, "binary"
+            except UnicodeDecodeError as exc:
+                line = raw[: exc.start].decode(name, "replace").count("\n") + 1
+                label = name.upper().replace("-SIG", "")
+                return None, (
+                    f"the bytes at byte {exc.start} (line {line}) are not {label}: {exc.reason}"
+                )
     if b"\x00" in raw:
         return None, "binary"
     try:
@@ -92,8 +100,12 @@ def decode_source(raw: bytes) -> tuple[str | None, str]:
         pass
     try:
         return raw.decode("cp1252"), "windows-1252"
-    except UnicodeDecodeError:  # a byte cp1252 leaves undefined: not text in any of these
-        return None, "binary"
+    except UnicodeDecodeError as exc:  # a byte cp1252 leaves undefined
+        line = raw[: exc.start].count(b"\n") + 1
+        return None, (
+            f"byte 0x{raw[exc.start]:02X} at byte {exc.start} (line {line}) is neither UTF-8 "
+            "nor Windows-1252"
+        )
 
 
 def load_labels(path: str | None) -> list[tuple[str, list[str]]]:
@@ -530,7 +542,10 @@ def _changed_files(
         raw = path.read_bytes()
         text, encoding = decode_source(raw)
         if text is None:
-            report.skipped += 1
+            if encoding == "binary":
+                report.skipped += 1
+            else:  # text, but not valid in any encoding read here: said, not skipped
+                report.failed.append({"path": rel, "error": f"INPUT_INVALID_TEXT: {encoding}"})
             continue
         if encoding not in ("utf-8", "utf-8-sig"):
             report.encodings[rel] = encoding
