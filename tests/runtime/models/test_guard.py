@@ -85,3 +85,23 @@ def test_an_error_keeps_its_class_and_code_with_message_hint_and_details_scrubbe
         "MODEL_PROVIDER_ERROR: bad [redacted]",
     )
     assert error.details == {"body": {"echo": ["[redacted]"]}}
+
+
+def test_the_recorder_scrubs_every_form_on_its_own(monkeypatch, tmp_path):
+    """A cassette line is scrubbed by the recorder too: a prompt may quote a key, and a
+    provider wrapped without the guard (in code) may return one."""
+    from runtime.models.cassette import RecordingProvider
+
+    monkeypatch.setenv("GUARD_KEY", KEY)
+    call = ToolCall(KEY, ESCAPED, json.dumps({"pointer_id": "P"}).replace("P", ESCAPED))
+    inner = Fixed(ModelResponse(text=ESCAPED, model=KEY, tool_calls=[call]))
+    path = tmp_path / "c.jsonl"
+    request = ModelRequest(messages=[{"role": "user", "content": f"my key: {ESCAPED}"}])
+    RecordingProvider(inner, str(path), {}).complete(request)
+    line = path.read_text()
+    assert KEY not in line and "\\u0073" not in line.lower() and "[redacted]" in line
+    entry = json.loads(line)
+    assert entry["request"]["messages"][0]["content"] == "my key: [redacted]"
+    assert entry["tool_calls"] == [
+        {"id": "[redacted]", "name": "[redacted]", "arguments": '{"pointer_id": "[redacted]"}'}
+    ]
