@@ -398,74 +398,83 @@ def route_replies(args: argparse.Namespace) -> int:
 
 
 def prefix_cache(args: argparse.Namespace) -> int:
-    """The route step of code_qa for several questions, one run each, in order: how many of
-    each prompt's tokens the server took from its prefix cache (the fidelity preamble's
-    order decides it). --tree runs another checkout's runtime (an older preamble)."""
+    """How much of each route prompt the server's prefix cache reuses, run after run.
+
+    The route step's messages are taken from offline runs (the extractive responder) of
+    code_qa, one run per question, built by this checkout or by --tree (another checkout,
+    e.g. a git worktree of a commit before the preamble was reordered); then they are
+    sent to the server in order and its `cached_tokens` read. The fidelity preamble's
+    order decides how long the shared prefix of two runs' prompts is.
+    """
     tree = Path(args.tree).resolve() if args.tree else ROOT
-    server = Server(server_binary(), model_file())
     work = Path(tempfile.mkdtemp(prefix="prefix-cache-"))
     env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(tree)}
+    prompts = []
+    for n, question in enumerate(QUESTIONS[: args.questions], start=1):
+        run_id = f"cache{n}"
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "runtime",
+                "exec",
+                str(tree / "pipelines/code_qa.yaml"),
+                "--store",
+                str(work / "runs.db"),
+                "--index",
+                str(work / "none.db"),
+                "--run-id",
+                run_id,
+                "--max-steps",
+                "2",
+                "--input",
+                f"question={question}",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tree,
+        )
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "runtime",
+                "trace",
+                run_id,
+                "--store",
+                str(work / "runs.db"),
+                "--format",
+                "jsonl",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tree,
+            check=True,
+        )
+        events = [json.loads(x) for x in done.stdout.splitlines()]
+        [call] = [e for e in events if e["type"] == "MODEL_CALL"]
+        prompts.append(call["messages"])
+    server = Server(server_binary(), model_file())
     rows = []
     try:
-        for n, question in enumerate(QUESTIONS[: args.questions], start=1):
-            run_id = f"cache{n}"
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "runtime",
-                    "exec",
-                    str(tree / "pipelines/code_qa.yaml"),
-                    "--model",
-                    f"openai:smollm2@{server.url}",
-                    "--store",
-                    str(work / "runs.db"),
-                    "--run-id",
-                    run_id,
-                    "--max-steps",
-                    "2",
-                    "--input",
-                    f"question={question}",
-                ],
-                capture_output=True,
-                text=True,
-                env=env,
-                cwd=tree,
+        for messages in prompts:
+            body = json.dumps({"messages": messages, "max_tokens": 1}).encode()
+            request = urllib.request.Request(
+                server.url + "/chat/completions", body, {"Content-Type": "application/json"}
             )
-            done = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "runtime",
-                    "trace",
-                    run_id,
-                    "--store",
-                    str(work / "runs.db"),
-                    "--format",
-                    "jsonl",
-                ],
-                capture_output=True,
-                text=True,
-                env=env,
-                cwd=tree,
-                check=True,
-            )
-            [call] = [
-                json.loads(x)
-                for x in done.stdout.splitlines()
-                if json.loads(x)["type"] == "MODEL_CALL"
-            ]
-            rows.append((call.get("tokens_in"), call.get("cached_tokens")))
-            print(
-                json.dumps({"run": run_id, "prompt": rows[-1][0], "cached": rows[-1][1]}),
-                flush=True,
-            )
+            with urllib.request.urlopen(request, timeout=600) as r:
+                usage = json.loads(r.read())["usage"]
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+            rows.append((usage["prompt_tokens"], cached))
+            print(json.dumps({"prompt": rows[-1][0], "cached": rows[-1][1]}), flush=True)
     finally:
         server.stop()
     later = rows[1:]
     print(
         f"{tree}: after the first run, {sum(c or 0 for _, c in later)} of "
-        f"{sum(p or 0 for p, _ in later)} route prompt tokens came from the cache"
+        f"{sum(p for p, _ in later)} route prompt tokens came from the server's cache"
     )
     return 0
 
