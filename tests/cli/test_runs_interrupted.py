@@ -51,9 +51,13 @@ def _stalled(folder: Path, run_id: str) -> subprocess.Popen[bytes]:
     return child
 
 
-@pytest.fixture
-def two_runs(tmp_path):
-    """`dead`: its process killed with SIGKILL (and reaped); `live`: its process still running."""
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """`dead`: its process killed with SIGKILL (and reaped); `live`: its process still running.
+
+    Shared by the tests that only read the store.
+    """
+    tmp_path = tmp_path_factory.mktemp("two_runs")
     dead = _stalled(tmp_path, "dead")
     dead.send_signal(signal.SIGKILL)
     dead.wait()
@@ -88,19 +92,32 @@ def test_status_filters_tell_interrupted_from_running(runner, two_runs):
     assert listed("completed") == []
 
 
-def test_a_resumed_run_belongs_to_the_process_resuming_it(runner, two_runs):
-    db, _live = two_runs
+def test_a_resumed_run_belongs_to_the_process_resuming_it(tmp_path):
+    import socket
+    import sqlite3
+
+    from runtime.format.pipeline import Pipeline
+
+    db = tmp_path / "runs.db"
     store = SqliteRunStore(str(db))
-    store.set_status("dead", "running")  # as Engine.resume does before its first step
-    assert {r["run_id"]: r["status"] for r in store.runs()} == {
-        "live": "running",
-        "dead": "running",
-    }
-    store.finish("dead", "failed", None, {"code": "RUN_CANCELLED", "message": "x"})
-    assert {r["run_id"]: r["status"] for r in store.runs()} == {
-        "live": "running",
-        "dead": "failed",
-    }
+    store.create_run("r", Pipeline.from_dict({"steps": [{"id": "s", "action": "finalize"}]}), {})
+    owner = json.dumps({"host": socket.gethostname(), "pid": _pid_of_exited()})
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE runs SET owner = ?", (owner,))
+    conn.commit()
+    conn.close()
+    assert [r["status"] for r in store.runs()] == ["interrupted"]
+    store.set_status("r", "running")  # as Engine.resume does before its first step
+    assert [r["status"] for r in store.runs()] == ["running"]
+    store.finish("r", "failed", None, {"code": "RUN_CANCELLED", "message": "x"})
+    assert [r["status"] for r in store.runs()] == ["failed"]
+
+
+def _pid_of_exited() -> int:
+    """The pid of a child process that has exited and been reaped."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
 
 
 def test_a_pid_reused_by_a_later_process_is_not_the_owner(tmp_path):
