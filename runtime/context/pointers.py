@@ -208,7 +208,11 @@ def render_short(
 
 
 def header_tokens(counter: Any, kind: str, chars: int, lines: int) -> int:
-    """Tokens of a pointer block without its summary (the summary's budget is what is left)."""
+    """Tokens of a pointer block without its summary, with a stand-in id of 16 zeros.
+
+    A real id's hex digits may take more tokens (up to 18 more over 2,000 ids with
+    cl100k_base): count the rendered block where the exact figure matters.
+    """
     return int(counter.count(render(PREFIX + "0" * 16, kind, chars, lines, "")))
 
 
@@ -362,7 +366,7 @@ def rehydrate(
     decided from the stored sizes and offsets before it is read, or while a lines slice is
     located chunk by chunk: memory stays proportional to the slice, not the original.
     """
-    if not isinstance(pointer_id, str) or not _ID.match(pointer_id):
+    if not isinstance(pointer_id, str) or not _ID.fullmatch(pointer_id):
         raise RunError(
             f"{_shown(pointer_id)} is not a pointer id (ptr- and 16 hex digits)",
             code="POINTER_UNKNOWN",
