@@ -46,7 +46,7 @@ def user_pieces(ctx: StepContext, render: Any, note: str, escape: Any) -> list[s
             pieces.append("\n\n")
         template = part.get("template", "{}")
         before, after = template.split("{}", 1) if "{}" in template else (template + "\n", "")
-        value = ctx.get(part["source"])
+        value = as_evidence(ctx.get(part["source"]))  # node records are evidence too
         summarizable = part.get("summarizable", True) and part["source"] not in NEVER_SUMMARISED
         kind = part.get("summary_kind")
         pieces.append(before)

@@ -9,7 +9,7 @@ from typing import Any
 
 from actions import _jsonish
 from actions._model_trace import trace_model_call
-from runtime.context.blocks import HEADER
+from runtime.context.blocks import HEADER, as_evidence
 from runtime.context.policy import POLICY_SCHEMA
 from runtime.contract.action import (
     VARIABLE_PATTERN,
@@ -275,7 +275,8 @@ class CallModel(Action):
             out += self.history(ctx)
         parts = []
         for part in (ctx.step.get("user_parts") or {}).values():
-            value = self.render(ctx.get(part["source"]))  # a missing source is VARIABLE_MISSING
+            # A missing source is VARIABLE_MISSING; node records are framed as evidence.
+            value = self.render(as_evidence(ctx.get(part["source"])))
             template = part.get("template", "{}")
             parts.append(
                 template.replace("{}", value) if "{}" in template else f"{template}\n{value}"

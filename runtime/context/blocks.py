@@ -54,6 +54,24 @@ def format_block(
     return "\n".join(lines)
 
 
+def as_evidence(value: Any) -> Any:
+    """Node records (a list of mappings with `id` and `text`, as fetch_node_texts writes
+    node_texts) as context blocks, so a prompt frames them as evidence; else value as is.
+
+    Retrieved text is data: handed to a prompt as JSON it would stand outside the evidence
+    delimiter, as if it were the prompt's own words.
+    """
+    if (
+        isinstance(value, list)
+        and value
+        and all(
+            isinstance(v, Mapping) and isinstance(v.get("text"), str) and "id" in v for v in value
+        )
+    ):
+        return [format_block(v) for v in value]
+    return value
+
+
 def split_block(block: str) -> tuple[str, str]:
     """(header, text) of a block: everything up to and including its `text:` line, the rest.
 
