@@ -27,7 +27,7 @@ from typing import Any
 
 from actions import _summarisers  # noqa: F401  (installs the code summariser)
 from runtime.context import policy as pol
-from runtime.context.blocks import HEADER, split_block, split_blocks
+from runtime.context.blocks import HEADER, as_evidence, split_block, split_blocks
 from runtime.context.pointers import store_of
 from runtime.contract.action import StepContext
 from runtime.errors import ContextOverflowError
