@@ -37,6 +37,10 @@ NEVER_SUMMARISED = frozenset({"question"})
 SUMMARISABLE_ROLES = frozenset({"assistant", "tool"})
 
 
+_OPEN_EVIDENCE = "<evidence>\n"
+_CLOSE_EVIDENCE = "\n</evidence>"
+
+
 def user_pieces(ctx: StepContext, render: Any, note: str, escape: Any) -> list[str | pol.Segment]:
     """The user message as fixed text and segments (one per part, one per evidence block)."""
     pieces: list[str | pol.Segment] = []
@@ -113,9 +117,38 @@ def prompt_of(
                 out.append(built)
                 continue
         role = m["role"]
-        summarizable = role in SUMMARISABLE_ROLES or (role == "user" and i < thread_turns)
+        if role == "user" and i < thread_turns:
+            # An earlier turn of the thread: summarisable, but its evidence blocks keep their
+            # headers and the delimiter around them, as the step's own part does.
+            out.append(pol.PromptMessage(role, turn_pieces(f"{role}[{i}]", content)))
+            continue
+        summarizable = role in SUMMARISABLE_ROLES
         out.append(pol.PromptMessage(role, [pol.Segment(f"{role}[{i}]", content, summarizable)]))
     return out
+
+
+def turn_pieces(sid: str, content: str) -> list[str | pol.Segment]:
+    """A thread's earlier user turn as pieces: the text around its `<evidence>` sections
+    summarisable, each section's delimiters and block headers fixed, each block's text a
+    segment of its own. A turn with no evidence is one summarisable segment."""
+    pieces: list[str | pol.Segment] = []
+    rest, n = content, 0
+    while True:
+        start = rest.find(_OPEN_EVIDENCE)
+        end = rest.find(_CLOSE_EVIDENCE, start + 1) if start >= 0 else -1
+        if start < 0 or end < 0 or HEADER not in rest[start:end]:
+            break
+        if start:
+            pieces.append(pol.Segment(f"{sid}.text{n}", rest[:start], True))
+        pieces.append(_OPEN_EVIDENCE)
+        body = rest[start + len(_OPEN_EVIDENCE) : end]
+        for j, chunk in enumerate(split_blocks(body)):
+            pieces += _block_pieces(f"{sid}.evidence{n}[{j}]", chunk, True, None)
+        pieces.append(_CLOSE_EVIDENCE)
+        rest, n = rest[end + len(_CLOSE_EVIDENCE) :], n + 1
+    if rest or not pieces:
+        pieces.append(pol.Segment(f"{sid}.text{n}" if pieces else sid, rest, True))
+    return pieces
 
 
 def stage(
