@@ -166,10 +166,19 @@ class FetchNodeTexts(Action):
             return "chars", int(step["max_chars"])
         if "budget_tokens" in step:
             return "tokens", int(step["budget_tokens"])
-        if "budget_tokens_from_settings" in step:
-            return "tokens", int(ctx.settings[step["budget_tokens_from_settings"]])
+        key = step.get("budget_tokens_from_settings", "max_context_tokens")
+        value = ctx.settings.get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            # validate reports this (BUDGET_SETTING_MISSING); a pipeline run unvalidated
+            # through the engine gets the same answer, not a KeyError.
+            raise RunError(
+                f"no evidence budget: settings.{key} is {value!r}, not an integer",
+                code="BUDGET_SETTING_MISSING",
+            )
+        if key != "max_context_tokens":
+            return "tokens", value
         # 70%, in integers: int(0.7 * 90) is 62, not 63.
-        return "tokens", int(ctx.settings["max_context_tokens"]) * 7 // 10
+        return "tokens", value * 7 // 10
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Order candidates, then take each whole block that fits (atomic skip)."""

@@ -177,3 +177,14 @@ def test_a_blank_fallback_is_query_empty_naming_it(tmp_path, sample_index):
         node_store=sample_index,
     )
     assert r.error.code == "QUERY_EMPTY" and "'question'" in r.error.message
+
+
+def test_an_unvalidated_fetch_without_a_budget_is_a_coded_error(tmp_path, sample_index):
+    # validate says BUDGET_SETTING_MISSING; the engine run without validation says the same.
+    steps = [
+        {"id": "s", "action": "search_nodes", "search_type": "bm25", "next": "f"},
+        {"id": "f", "action": "fetch_node_texts", "next": "e"},
+        {"id": "e", "action": "finalize", "source": "node_texts"},
+    ]
+    r = run(tmp_path, steps, {"last_model_response": "OrderLines"}, node_store=sample_index)
+    assert (r.error.code, r.error.step_id) == ("BUDGET_SETTING_MISSING", "f")
