@@ -81,10 +81,15 @@ def _walk(value: Any, depth: int) -> tuple[list[Any], str] | None:
 
 
 def check_json(value: Any, what: str, step_id: str | None = None) -> None:
-    """Raise STATE_NOT_SERIALIZABLE unless the value is plain JSON data (see json_problem)."""
-    if type(value) in JSON_SCALARS:
+    """Raise STATE_NOT_SERIALIZABLE unless the value is plain JSON data (see json_problem)
+    whose strings are valid Unicode (no lone surrogate: runtime/contract/text.py)."""
+    if type(value) is str:
+        # Valid JSON text too: a lone surrogate cannot be written as UTF-8 (store, --json).
+        problem = invalid_text(value)
+    elif type(value) in JSON_SCALARS:
         return
-    problem = json_problem(value)
+    else:
+        problem = json_problem(value) or invalid_text(value)
     if problem is not None:
         raise StateError(
             f"{what} is not JSON-serialisable: {problem}",
@@ -146,7 +151,6 @@ def apply_inputs(pipeline: Pipeline, inputs: Mapping[str, Any]) -> dict[str, Any
     for name in values:
         if name in ENGINE_OWNED:
             raise InputError(f"input {name!r} is an engine-owned field", code="STATE_PROTECTED")
-        check_json(values[name], f"input {name!r}")
         # One policy for text that is not valid Unicode: refused where it enters, here for
         # the embedding API and resume as in the CLI (runtime/contract/text.py).
         problem = invalid_text(name) or invalid_text(values[name])
@@ -154,6 +158,7 @@ def apply_inputs(pipeline: Pipeline, inputs: Mapping[str, Any]) -> dict[str, Any
             raise InputError(
                 f"input {name!r} is not valid Unicode text: {problem}", code="INPUT_INVALID_TEXT"
             )
+        check_json(values[name], f"input {name!r}")
     if pipeline.inputs is None:
         return values
     unknown = sorted(set(values) - set(pipeline.inputs))

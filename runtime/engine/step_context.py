@@ -191,9 +191,12 @@ class Context:
                 step_id=self.step_id,
             )
         kind = type(value)
-        if kind not in _AS_ITSELF:  # the trace records a summary (or, a float, walks it)
-            if kind is not str:  # the message is built only for a value that fails
+        if kind is str:
+            if not value.isascii():  # a lone surrogate is no UTF-8 text (--json, the store)
                 check_json(value, f"variable {name!r}", self.step_id)
+            self._summarize = True
+        elif kind not in _AS_ITSELF:  # the trace records a summary (or, a float, walks it)
+            check_json(value, f"variable {name!r}", self.step_id)
             self._summarize = True
         self._writes[name] = value
 

@@ -296,3 +296,31 @@ def test_a_file_that_is_no_text_the_indexer_reads_is_reported_not_skipped(runner
         },
     ]
     assert "warning: bad.sql not indexed: INPUT_INVALID_TEXT" in done.stderr
+
+
+def test_an_action_writing_a_lone_surrogate_into_state_gets_a_coded_error(tmp_path):
+    # Third-party code can build such a string itself (bytes decoded with surrogateescape):
+    # the write is refused where it happens, naming the step, so nothing later (the store,
+    # `exec --json`) meets it.
+    from runtime.contract.action import Action, Outcome
+    from runtime.contract.registry import Registry
+    from runtime.engine import Engine
+    from runtime.format.pipeline import Pipeline
+
+    class Decoder(Action):
+        name = "decoder"
+        summary = "Decode bytes carelessly."
+        runnable = True
+
+        def run(self, ctx):
+            ctx.set("decoded", b"caf\xe9".decode("utf-8", "surrogateescape"))
+            return Outcome.end()
+
+    pipe = Pipeline.from_dict(
+        {"settings": {"entry_step_id": "d"}, "steps": [{"id": "d", "action": "decoder"}]},
+        file=str(tmp_path / "p.yaml"),
+    )
+    result = Engine(pipe, registry=Registry.from_classes(Decoder)).run({})
+    assert (result.error.code, result.error.step_id) == ("STATE_NOT_SERIALIZABLE", "d")
+    assert "lone surrogate U+DCE9 at character 3" in result.error.message
+    json.dumps(result.to_dict(), ensure_ascii=False).encode("utf-8")  # printable as --json
