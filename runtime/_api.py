@@ -84,11 +84,21 @@ class Runner:
         services: Services | None = None,
         registry: Registry | None = None,
         durability: str | None = None,
+        tracer_provider: Any = None,
     ) -> None:
-        """`durability` ("normal" or "full") overrides settings.durability for stored runs."""
+        """`durability` ("normal" or "full") overrides settings.durability for stored runs.
+
+        `tracer_provider`: an OpenTelemetry tracer provider that gets a span per run, step
+        and model call (the `otel` extra; without it the environment decides: docs/packs.md).
+        """
         self.pipeline = pipeline
         self.engine = Engine(
-            pipeline, registry=registry, services=services, store=store, durability=durability
+            pipeline,
+            registry=registry,
+            services=services,
+            store=store,
+            durability=durability,
+            tracer_provider=tracer_provider,
         )
 
     def run(

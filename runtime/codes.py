@@ -593,6 +593,22 @@ _CODES: list[Code] = [
     # --- usage ------------------------------------------------------------------
     Code("USAGE", "usage", "The command line is wrong."),
     Code(
+        "OTEL_NOT_INSTALLED",
+        "usage",
+        "OpenTelemetry is enabled ($RUNTIME_OTEL, an $OTEL_EXPORTER_OTLP_ENDPOINT, or a tracer "
+        "provider given to the embedding API) but its packages are not installed.",
+        "pip install 'step-runtime[otel]', or unset the variables (RUNTIME_OTEL=0 keeps it off).",
+    ),
+    Code(
+        "OTEL_SETTING_INVALID",
+        "usage",
+        "An OpenTelemetry environment variable has a value step-runtime does not read "
+        "($RUNTIME_OTEL, $OTEL_SDK_DISABLED or "
+        "$OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT not a boolean, or an OTLP "
+        "protocol other than http/protobuf).",
+        "Set it to true or false (for the protocol: http/protobuf), or unset it.",
+    ),
+    Code(
         "RESUME_CHOICE_CHANGED",
         "usage",
         "A resume gave a model, index or tokenizer other than the run was started with "

@@ -18,6 +18,7 @@ HEAVY = (
     "sqlite3",
     "actions",
     "classifiers",
+    "opentelemetry",
 )
 
 

@@ -23,6 +23,7 @@ from runtime.contract.message import Message
 from runtime.contract.registry import Registry, default_registry
 from runtime.engine import choices as run_choices
 from runtime.engine import faults
+from runtime.engine import telemetry as otel
 from runtime.engine.inbox import Inbox
 from runtime.engine.services import Services
 from runtime.engine.state import RunState, action_defaults, apply_inputs, initial_variables
@@ -170,6 +171,7 @@ class Engine:
         store: Any = None,
         sleep: Callable[[float], None] = time.sleep,
         durability: str | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         self.pipeline = pipeline
         self.registry = registry or default_registry()
@@ -207,6 +209,8 @@ class Engine:
                 code="DURABILITY_UNKNOWN",
             )
         self.durability: str | None = chosen
+        # Spans per run and step (the `otel` extra): a provider given, or the environment's.
+        self.telemetry = otel.configure(tracer_provider)
         self._durability_kw: dict[str, Any] = {"durability": chosen} if chosen else {}
         # The variables the pipeline's actions document as defaults; every new run starts with them.
         self.defaults = action_defaults(type(a) for a in self._actions.values())
@@ -253,6 +257,10 @@ class Engine:
         if on_event:  # only once the run exists (a duplicate run id is refused above)
             tracer.listeners.append(on_event)
             on_event(started)
+        if self.telemetry is not None:
+            spans = self.telemetry.writer(self.pipeline)
+            tracer.listeners.append(spans)
+            spans(started)
         pos = _Position(self.pipeline.entry_step_id, state, Inbox(), self._durability_kw)
         return self._drive(run_id, pos, tracer, variables, max_steps, cancel)
 
@@ -318,6 +326,8 @@ class Engine:
         warning = run_choices.warning(run_id, resumed)
         if warning:
             extra["warning"] = warning
+        if self.telemetry is not None:
+            tracer.listeners.append(self.telemetry.writer(self.pipeline))
         tracer.emit("RUN_RESUMED", None, position=position, forced=force, **extra)
         pos = _Position(
             position, state, inbox, store_kw, arrival, arrival_from, True, resumed.services

@@ -1,0 +1,366 @@
+"""OpenTelemetry spans (runtime/engine/telemetry.py): the span tree of a run, GenAI attributes,
+content off by default, and the coded errors when it is enabled but cannot work."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+import runtime
+from runtime.contract.action import Action, Outcome
+from runtime.contract.registry import Registry
+from runtime.engine import Engine, telemetry
+from runtime.engine.services import Services
+from runtime.errors import ModelTimeoutError, RunError, UsageError
+from runtime.format.pipeline import Pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+CODE_QA = str(ROOT / "pipelines" / "code_qa.yaml")
+QUESTION = "Which stored procedure writes the OrderLines table and who calls it?"
+CODE_QA_STEPS = [
+    "history",
+    "route",
+    "route_decision",
+    "search",
+    "expand",
+    "fetch",
+    "budget",
+    "check",
+    "check_decision",
+    "answer",
+    "finish",
+]
+OTEL_VARS = (
+    "RUNTIME_OTEL",
+    "OTEL_SDK_DISABLED",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    telemetry.CAPTURE_ENV,
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    """No OpenTelemetry variable of the caller's shell leaks in."""
+    for name in OTEL_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def memory() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def run_code_qa(index: Any, question: str = QUESTION) -> tuple[Any, list[Any]]:
+    provider, exporter = memory()
+    pipeline = runtime.load(CODE_QA)
+    services = Services(
+        settings=pipeline.settings, node_store=index, base_dir=str(pipeline.base_dir)
+    )
+    result = runtime.Runner(pipeline, services=services, tracer_provider=provider).run(
+        {"question": question}
+    )
+    assert result.status == "completed", result.error
+    return result, list(exporter.get_finished_spans())
+
+
+def by_name(spans: list[Any]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for s in spans:
+        out.setdefault(s.name, []).append(s)
+    return out
+
+
+def test_a_code_qa_run_is_one_trace_run_then_steps_then_model_calls(sample_index):
+    result, spans = run_code_qa(sample_index)
+    names = by_name(spans)
+    (run,) = names["run code_qa"]
+    assert run.parent is None
+    assert {s.context.trace_id for s in spans} == {run.context.trace_id}
+    steps = sorted((s for s in spans if s.name.startswith("step ")), key=lambda s: s.start_time)
+    assert [s.name for s in steps] == [f"step {i}" for i in CODE_QA_STEPS]
+    assert all(s.parent.span_id == run.context.span_id for s in steps)
+    # One chat span per model call, under the step that made it.
+    chats = names["chat extractive"]
+    parents = {s.context.span_id: s.name for s in steps}
+    assert sorted(parents[c.parent.span_id] for c in chats) == [
+        "step answer",
+        "step check",
+        "step route",
+    ]
+    assert len(spans) == 1 + len(CODE_QA_STEPS) + 3
+    assert all(c.kind is SpanKind.CLIENT for c in chats)
+    # Children lie inside their parents.
+    spans_by_id = {s.context.span_id: s for s in spans}
+    for s in spans:
+        if s.parent is not None:
+            parent = spans_by_id[s.parent.span_id]
+            assert parent.start_time <= s.start_time <= s.end_time <= parent.end_time
+    assert run.attributes["step_runtime.run.id"] == result.run_id
+    assert run.attributes["step_runtime.run.status"] == "completed"
+    assert run.attributes["step_runtime.run.steps"] == len(CODE_QA_STEPS)
+    assert run.status.status_code is StatusCode.UNSET
+
+
+def test_step_spans_carry_run_step_action_outcome_and_attempt(sample_index):
+    result, spans = run_code_qa(sample_index)
+    (step,) = by_name(spans)["step route_decision"]
+    assert dict(step.attributes) == {
+        "step_runtime.run.id": result.run_id,
+        "step_runtime.pipeline": "code_qa",
+        "step_runtime.step.id": "route_decision",
+        "step_runtime.step.action": "json_decision_router",
+        "step_runtime.step.outcome": "route retrieve",
+        "step_runtime.step.next": "search",
+        "step_runtime.step.attempt": 1,
+    }
+
+
+def test_model_calls_follow_the_genai_conventions(sample_index):
+    _result, spans = run_code_qa(sample_index)
+    chats = {
+        s.attributes["step_runtime.step.id"]: s.attributes
+        for s in by_name(spans)["chat extractive"]
+    }
+    answer = chats["answer"]
+    assert answer["gen_ai.operation.name"] == "chat"
+    assert answer["gen_ai.provider.name"] == answer["gen_ai.system"] == "extractive"
+    assert answer["gen_ai.request.model"] == answer["gen_ai.response.model"] == "extractive"
+    assert answer["gen_ai.usage.input_tokens"] > 2000
+    assert answer["gen_ai.usage.output_tokens"] > 100
+    assert tuple(answer["gen_ai.response.finish_reasons"]) == ("stop",)
+    # The context budget decision of the call rides on its span.
+    assert answer["step_runtime.context.decision"] == "ok"
+    assert answer["step_runtime.context.budget"] > 0
+    assert (
+        answer["step_runtime.model_call.prompt_tokens"]
+        == answer["step_runtime.context.prompt_tokens"]
+    )
+    assert chats["route"]["gen_ai.usage.output_tokens"] < answer["gen_ai.usage.output_tokens"]
+
+
+def test_prompt_and_reply_text_are_off_by_default(sample_index):
+    _result, spans = run_code_qa(sample_index)
+    for s in spans:
+        assert not any(
+            k in s.attributes for k in ("gen_ai.input.messages", "gen_ai.output.messages")
+        )
+        assert "OrderLines" not in json.dumps(dict(s.attributes), default=str)
+
+
+def test_content_capture_puts_the_messages_in_genai_form(sample_index, monkeypatch):
+    monkeypatch.setenv(telemetry.CAPTURE_ENV, "true")
+    _result, spans = run_code_qa(sample_index)
+    (route,) = [
+        s
+        for s in by_name(spans)["chat extractive"]
+        if s.attributes["step_runtime.step.id"] == "route"
+    ]
+    sent = json.loads(route.attributes["gen_ai.input.messages"])
+    assert [m["role"] for m in sent] == ["system", "user"]
+    assert sent[1]["parts"][0]["type"] == "text"
+    assert QUESTION in sent[1]["parts"][0]["content"]
+    (reply,) = json.loads(route.attributes["gen_ai.output.messages"])
+    assert reply["role"] == "assistant" and reply["finish_reason"] == "stop"
+    assert json.loads(reply["parts"][0]["content"])["decision"] == "retrieve"
+
+
+# --- failures, retries and catches, with test-only actions ------------------------------
+
+
+class Flaky(Action):
+    """Times out until attempt `ok_at`; with `fail`, raises RunError(fail) carrying `say`."""
+
+    name = "flaky"
+    runnable = True
+
+    def run(self, ctx: Any) -> Outcome | None:
+        if "fail" in ctx.step:
+            raise RunError(str(ctx.step.get("say", "broken")), code=ctx.step["fail"])
+        if ctx.attempt < ctx.step.get("ok_at", 1):
+            raise ModelTimeoutError("slow")
+        return None
+
+
+class Noop(Action):
+    name = "noop"
+    runnable = True
+
+    def run(self, ctx: Any) -> Outcome | None:
+        return None
+
+
+def engine(steps: list[dict[str, Any]], provider: Any) -> Engine:
+    pipeline = Pipeline.from_dict(
+        {"name": "p", "settings": {"entry_step_id": steps[0]["id"]}, "steps": steps}
+    )
+    return Engine(
+        pipeline,
+        registry=Registry.from_classes(Flaky, Noop),
+        sleep=lambda _s: None,
+        tracer_provider=provider,
+    )
+
+
+def test_a_retried_step_is_one_span_with_its_attempt_and_retry_events():
+    provider, exporter = memory()
+    steps = [
+        {"id": "a", "action": "flaky", "ok_at": 3, "retry": {"max_attempts": 3}, "next": "b"},
+        {"id": "b", "action": "noop", "end": True},
+    ]
+    assert engine(steps, provider).run().status == "completed"
+    (a,) = by_name(list(exporter.get_finished_spans()))["step a"]
+    assert a.attributes["step_runtime.step.attempt"] == 3
+    assert [(e.name, e.attributes["error.type"]) for e in a.events] == [
+        ("retry", "MODEL_TIMEOUT"),
+        ("retry", "MODEL_TIMEOUT"),
+    ]
+
+
+def test_a_caught_step_and_a_failed_run_carry_the_error_code():
+    provider, exporter = memory()
+    steps = [
+        {"id": "a", "action": "flaky", "fail": "VARIABLE_MISSING", "catch": {"ALL": "b"}},
+        {"id": "b", "action": "flaky", "fail": "STATE_PROTECTED", "end": True},
+    ]
+    result = engine(steps, provider).run()
+    assert result.status == "failed"
+    spans = by_name(list(exporter.get_finished_spans()))
+    (a,), (b,), (run,) = spans["step a"], spans["step b"], spans["run p"]
+    assert a.attributes["step_runtime.step.outcome"] == "caught"
+    assert a.attributes["step_runtime.error.code"] == a.attributes["error.type"]
+    assert a.attributes["error.type"] == "VARIABLE_MISSING"
+    assert a.status.status_code is StatusCode.ERROR
+    assert b.attributes["error.type"] == "STATE_PROTECTED"
+    assert b.parent.span_id == run.context.span_id
+    assert run.attributes["error.type"] == "STATE_PROTECTED"
+    assert run.attributes["step_runtime.run.status"] == "failed"
+    assert run.attributes["step_runtime.step.id"] == "b"
+    assert run.status.status_code is StatusCode.ERROR
+    assert run.status.description == "broken"
+
+
+def test_a_run_stopped_before_a_step_has_no_span_for_that_step():
+    provider, exporter = memory()
+    steps = [{"id": "a", "action": "noop", "next": "a"}]
+    result = engine(steps, provider).run(max_steps=2)
+    assert result.error.code == "MAX_STEPS_EXCEEDED"
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert sorted(names) == ["run p", "step a", "step a"]
+
+
+def test_off_without_a_provider_or_the_environment():
+    provider, exporter = memory()
+    e = engine([{"id": "a", "action": "noop", "end": True}], None)
+    assert e.telemetry is None
+    assert e.run().status == "completed"
+    assert exporter.get_finished_spans() == ()
+    assert provider is not None
+
+
+# --- enabling by the environment, and its errors ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        ({}, False),
+        ({"RUNTIME_OTEL": "1"}, True),
+        ({"RUNTIME_OTEL": "true"}, True),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, True),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "RUNTIME_OTEL": "0"}, False),
+        ({"RUNTIME_OTEL": "1", "OTEL_SDK_DISABLED": "true"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "  "}, False),
+    ],
+)
+def test_the_environment_decides_when_no_provider_is_given(env, expected):
+    assert telemetry.enabled(env) is expected
+
+
+@pytest.mark.parametrize(
+    "env,name",
+    [
+        ({"RUNTIME_OTEL": "maybe"}, "RUNTIME_OTEL"),
+        ({"OTEL_SDK_DISABLED": "sometimes"}, "OTEL_SDK_DISABLED"),
+        ({"RUNTIME_OTEL": "1", telemetry.CAPTURE_ENV: "yes please"}, telemetry.CAPTURE_ENV),
+        (
+            {"RUNTIME_OTEL": "1", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ),
+    ],
+)
+def test_a_bad_setting_is_a_coded_usage_error_naming_the_variable(env, name):
+    with pytest.raises(UsageError) as caught:
+        telemetry.configure(None, env)
+    assert caught.value.code == "OTEL_SETTING_INVALID"
+    assert f"${name}" in caught.value.message
+    assert caught.value.exit_code == 2
+
+
+@pytest.fixture
+def without_otel(monkeypatch):
+    """As if the `otel` extra were not installed: importing opentelemetry fails."""
+    monkeypatch.setattr(telemetry, "_shared", None)
+    for name in list(sys.modules):
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+
+
+def test_enabled_without_the_extra_is_a_coded_usage_error(without_otel):
+    with pytest.raises(UsageError) as caught:
+        telemetry.configure(None, {"RUNTIME_OTEL": "1"})
+    assert caught.value.code == "OTEL_NOT_INSTALLED"
+    assert "step-runtime[otel]" in caught.value.message
+    with pytest.raises(UsageError) as given:
+        telemetry.configure(object(), {})
+    assert given.value.code == "OTEL_NOT_INSTALLED"
+
+
+def test_exec_enabled_without_the_extra_exits_2_with_the_code_not_a_traceback(
+    without_otel, monkeypatch, tmp_path
+):
+    from runtime.cli import cli
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    args = ["exec", CODE_QA, "--input", f"question={QUESTION}", "--json"]
+    args += ["--store", str(tmp_path / "r.db"), "--index", str(tmp_path / "none.db")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert "OTEL_NOT_INSTALLED" in result.stderr
+    assert "step-runtime[otel]" in result.stderr
+    assert "Traceback" not in result.output
+    assert result.stdout == ""  # no run was started
+
+
+def test_a_run_with_telemetry_off_imports_no_opentelemetry(tmp_path):
+    probe = (
+        "import sys, runtime\n"
+        "from runtime.engine import Engine\n"
+        f"p = runtime.load({CODE_QA!r})\n"
+        "e = Engine(p)\n"
+        "assert e.telemetry is None\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RUNTIME_OTEL" and not k.startswith("OTEL_")}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
