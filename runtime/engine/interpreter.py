@@ -258,7 +258,7 @@ class Engine:
             tracer.listeners.append(on_event)
             on_event(started)
         if self.telemetry is not None:
-            spans = self.telemetry.writer(self.pipeline)
+            spans = self.telemetry.writer(self.pipeline, self.services)
             tracer.listeners.append(spans)
             spans(started)
         pos = _Position(self.pipeline.entry_step_id, state, Inbox(), self._durability_kw)
@@ -327,7 +327,7 @@ class Engine:
         if warning:
             extra["warning"] = warning
         if self.telemetry is not None:
-            tracer.listeners.append(self.telemetry.writer(self.pipeline))
+            tracer.listeners.append(self.telemetry.writer(self.pipeline, resumed.services))
         tracer.emit("RUN_RESUMED", None, position=position, forced=force, **extra)
         pos = _Position(
             position, state, inbox, store_kw, arrival, arrival_from, True, resumed.services

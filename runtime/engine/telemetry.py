@@ -21,6 +21,11 @@ the fact, with the events' own timestamps, so no action knows about it:
         chat {model}          MODEL_CALL and SUMMARY_MODEL_CALL (GenAI conventions)
         execute_tool {tool}   MODEL_TOOL_CALL
 
+A call's CONTEXT_BUDGET_DECISION and CONTEXT_PACK events become attributes of its chat span
+(the pack's id, each section's tokens, the ids of the decisions that admitted its items, read
+from the stored pack when the event does not list them); RETRY and PACK_* warnings become
+span events of the step.
+
 Prompt and reply text go on a chat span only when
 `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`; every string attribute passes
 the model layer's secret scrubber first (runtime/models/guard.py), content or not.
@@ -51,6 +56,8 @@ _INSTALL = "pip install 'step-runtime[otel]'"
 # A run that fails with these never started the step it names: no step span for it.
 _BEFORE_STEP = frozenset({"RUN_CANCELLED", "MAX_STEPS_EXCEEDED"})
 _MODEL_CALLS = frozenset({"MODEL_CALL", "SUMMARY_MODEL_CALL"})
+_PACK_WARNINGS = frozenset({"PACK_BUDGET_OVER", "PACK_COVERAGE_LOW"})
+_ENVELOPE = frozenset({"run_id", "seq", "type", "step_id", "ts", "attempt"})
 
 
 def _flag(environ: Mapping[str, str], name: str, on: frozenset[str], off: frozenset[str]) -> bool:
@@ -136,11 +143,12 @@ class Telemetry:
         self.tracer = provider.get_tracer(SCOPE)
         self.capture = capture
 
-    def writer(self, pipeline: Any) -> SpanWriter:
-        """A listener turning one run's events into spans."""
+    def writer(self, pipeline: Any, services: Any = None) -> SpanWriter:
+        """A listener turning one run's events into spans (services: where its packs are)."""
         from runtime.models.guard import scrubber_for
 
-        return SpanWriter(self.tracer, pipeline, scrubber_for(pipeline.settings), self.capture)
+        scrub = scrubber_for(pipeline.settings)
+        return SpanWriter(self.tracer, pipeline, scrub, self.capture, services)
 
 
 def configure(
@@ -176,7 +184,9 @@ def _start(event: Mapping[str, Any]) -> float:
 class SpanWriter:
     """A trace listener turning one run's events into a tree of spans (module docstring)."""
 
-    def __init__(self, tracer: Any, pipeline: Any, scrub: Any, capture: bool) -> None:
+    def __init__(
+        self, tracer: Any, pipeline: Any, scrub: Any, capture: bool, services: Any = None
+    ) -> None:
         from opentelemetry import trace
 
         self._trace = trace
@@ -185,6 +195,7 @@ class SpanWriter:
         self._steps = {s.id: s for s in pipeline.steps}
         self._scrub = scrub
         self._capture = capture
+        self._services = services
         self._run: Any = None  # the run span
         self._run_ctx: Any = None
         self._run_id = ""
@@ -310,16 +321,21 @@ class SpanWriter:
         )
         ctx = self._trace.set_span_in_context(span)
         decision: Mapping[str, Any] | None = None
+        pack: dict[str, Any] = {}
         for e in events:
             kind = e["type"]
-            if kind == "CONTEXT_BUDGET_DECISION":
+            if kind == "CONTEXT_PACK":
+                pack = self._pack(e)
+            elif kind in _PACK_WARNINGS:
+                span.add_event(kind.lower(), self._numbers(e), _ns(e["ts"]))
+            elif kind == "CONTEXT_BUDGET_DECISION":
                 decision = e
                 if e.get("decision") == "reject":
                     span.add_event("context_budget_reject", self._decision(e), _ns(e["ts"]))
                     decision = None
             elif kind in _MODEL_CALLS:
-                self._chat(ctx, e, step, decision)
-                decision = None  # it holds for the call's first round
+                self._chat(ctx, e, step, decision, pack)
+                decision, pack = None, {}  # they hold for the call's first round
             elif kind == "MODEL_TOOL_CALL":
                 self._tool(ctx, e)
             elif kind == "RETRY":
@@ -357,11 +373,62 @@ class SpanWriter:
             return entry.get("model") or name, entry
         return name, {}
 
-    def _chat(self, ctx: Any, e: Mapping[str, Any], step: Any, decision: Any) -> None:
+    def _numbers(self, e: Mapping[str, Any]) -> dict[str, Any]:
+        """An event's scalar fields (ids, counts, verdicts) as span event attributes."""
+        return self._attrs(
+            {
+                f"step_runtime.{k}": v
+                for k, v in e.items()
+                if k not in _ENVELOPE and isinstance(v, str | int | float | bool)
+            }
+        )
+
+    def _pack(self, e: Mapping[str, Any]) -> dict[str, Any]:
+        """The context pack's attributes: id, section tokens, the policy decisions' ids."""
+        attrs: dict[str, Any] = {
+            "step_runtime.pack.id": e.get("pack_id"),
+            "step_runtime.pack.seq": e.get("pack_seq"),
+            "step_runtime.pack.prompt_hash": e.get("prompt_hash"),
+            "step_runtime.pack.prompt_tokens": e.get("prompt_tokens"),
+            "step_runtime.pack.items": e.get("items"),
+            "step_runtime.pack.drops": e.get("drops"),
+            "step_runtime.pack.coverage": e.get("coverage"),
+        }
+        sections = e.get("sections")
+        if isinstance(sections, Mapping):
+            for name, tokens in sections.items():
+                attrs[f"step_runtime.pack.section.{name}.tokens"] = tokens
+        decisions = e.get("decisions")
+        if not isinstance(decisions, list):
+            decisions = self._pack_decisions(e)
+        attrs["step_runtime.pack.decision_ids"] = [str(d) for d in decisions]
+        return self._attrs(attrs)
+
+    def _pack_decisions(self, e: Mapping[str, Any]) -> list[str]:
+        """The ids of the decisions that admitted the items of the stored pack e names."""
+        store = getattr(self._services, "packs", None) if self._services is not None else None
+        find = getattr(store, "packs", None)
+        if not callable(find):
+            return []
+        for pack in find(self._run_id, e.get("step_id")):
+            if pack.get("pack_id") != e.get("pack_id"):
+                continue
+            found = {
+                item["decision"]
+                for section in pack.get("sections") or ()
+                for item in section.get("items") or ()
+                if isinstance(item, Mapping) and isinstance(item.get("decision"), str)
+            }
+            return sorted(found)
+        return []
+
+    def _chat(
+        self, ctx: Any, e: Mapping[str, Any], step: Any, decision: Any, pack: Mapping[str, Any]
+    ) -> None:
         from opentelemetry.trace import SpanKind
 
         asked, entry = self._model(step, decision)
-        if e["type"] == "SUMMARY_MODEL_CALL":
+        if e["type"] == "SUMMARY_MODEL_CALL" or asked is None:  # it names its own model
             asked = e.get("model") or asked
         answered = e.get("model") or asked
         provider = e.get("provider") or entry.get("provider")
@@ -393,6 +460,7 @@ class SpanWriter:
         attrs = self._attrs(attrs)
         if decision is not None:
             attrs.update(self._decision(decision))
+        attrs.update(pack)
         if self._capture:
             attrs.update(self._content(e))
         span = self._tracer.start_span(

@@ -364,3 +364,95 @@ def test_a_run_with_telemetry_off_imports_no_opentelemetry(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# --- context packs: CONTEXT_PACK events as attributes of the call they describe ---------
+
+
+class PackStore:
+    """The run store's pack API, holding one pack."""
+
+    def __init__(self, pack: dict[str, Any]) -> None:
+        self.pack = pack
+
+    def packs(self, run_id: str, step_id: str | None = None) -> list[dict[str, Any]]:
+        return [self.pack] if (run_id, step_id) == ("r1", self.pack["step_id"]) else []
+
+
+def feed(events: list[dict[str, Any]], services: Any = None) -> list[Any]:
+    """The spans a SpanWriter makes of events (a one-step pipeline `ask`)."""
+    provider, exporter = memory()
+    pipeline = Pipeline.from_dict(
+        {"name": "p", "settings": {"entry_step_id": "ask"}, "steps": [{"id": "ask", "end": True}]}
+    )
+    writer = telemetry.Telemetry(provider, capture=False).writer(pipeline, services)
+    for seq, e in enumerate(events, 1):
+        writer({"run_id": "r1", "seq": seq, "ts": 100.0 + seq, "step_id": "ask", **e})
+    return list(exporter.get_finished_spans())
+
+
+PACK_EVENT = {
+    "type": "CONTEXT_PACK",
+    "pack_id": "pk_0123456789abcdef",
+    "pack_seq": 1,
+    "model": "m",
+    "prompt_hash": "sha256:00",
+    "prompt_tokens": 900,
+    "sections": {"policy": 100, "knowledge": 700, "user": 100},
+    "items": 9,
+    "drops": 2,
+    "coverage": 1.0,
+}
+CALL = {"type": "MODEL_CALL", "model": "m", "provider": "openai", "tokens_in": 900, "tokens_out": 5}
+
+
+def run_events(*step_events: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"type": "RUN_STARTED", "step_id": None, "pipeline": "p", "choices": {}},
+        *step_events,
+        {"type": "STEP", "action": "call_model", "outcome": "end", "attempt": 1, "duration_ms": 1},
+        {"type": "RUN_COMPLETED", "step_id": None, "steps": 1},
+    ]
+
+
+def test_a_context_pack_rides_on_the_first_chat_span_of_its_call():
+    pack = {**PACK_EVENT, "decisions": ["scope:eshop/main/public", "policy:42"]}
+    over = {"type": "PACK_BUDGET_OVER", "pack_id": pack["pack_id"], "section": "knowledge"}
+    spans = feed(run_events(pack, over, CALL, CALL))
+    first, second = sorted((s for s in spans if s.name == "chat m"), key=lambda s: s.start_time)
+    a = first.attributes
+    assert a["step_runtime.pack.id"] == "pk_0123456789abcdef"
+    assert a["step_runtime.pack.section.knowledge.tokens"] == 700
+    assert a["step_runtime.pack.section.policy.tokens"] == 100
+    assert tuple(a["step_runtime.pack.decision_ids"]) == ("scope:eshop/main/public", "policy:42")
+    assert (a["step_runtime.pack.items"], a["step_runtime.pack.drops"]) == (9, 2)
+    # A tool round's next call is not described by the pack again.
+    assert not any(k.startswith("step_runtime.pack.") for k in second.attributes)
+    (step,) = [s for s in spans if s.name == "step ask"]
+    (event,) = step.events
+    assert event.name == "pack_budget_over"
+    assert event.attributes["step_runtime.section"] == "knowledge"
+
+
+def test_pack_decision_ids_are_read_from_the_stored_pack_when_the_event_has_none():
+    item = {"id": "n1", "decision": "scope:eshop/main/public"}
+    stored = {
+        "pack_id": PACK_EVENT["pack_id"],
+        "step_id": "ask",
+        "sections": [
+            {"type": "knowledge", "items": [item, {**item, "id": "n2"}]},
+            {"type": "policy", "items": [{"id": "sys", "decision": "admit:system"}]},
+            {"type": "user", "items": [{"id": "q"}]},
+        ],
+    }
+    services = type("S", (), {"packs": PackStore(stored)})()
+    spans = feed(run_events(PACK_EVENT, CALL), services)
+    (chat,) = [s for s in spans if s.name == "chat m"]
+    assert tuple(chat.attributes["step_runtime.pack.decision_ids"]) == (
+        "admit:system",
+        "scope:eshop/main/public",
+    )
+    # Another pack id in the store: none found, none claimed.
+    stored["pack_id"] = "pk_other"
+    (chat,) = [s for s in feed(run_events(PACK_EVENT, CALL), services) if s.name == "chat m"]
+    assert "step_runtime.pack.decision_ids" not in chat.attributes
