@@ -163,8 +163,13 @@ def stage(
     escape: Any,
     thread: str | None = None,
     preamble_tokens: int = 0,
+    record: dict[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Apply the step's context policy; the messages to send and their exact token count.
+
+    `record`, when given, gets what a context pack needs (runtime/context/packs.py): the
+    prompt budget, the tokens before the policy, the summarised segments and the thread's
+    compaction (`budget`, `original_tokens`, `summarised`, `compaction`).
 
     `thread`: the thread a `full` step resolved (fid.resolve_thread), None for a fresh
     conversation, whose turns are conversation_history's. `preamble_tokens`: the fidelity
@@ -182,9 +187,11 @@ def stage(
     # The blocks tell the model to rehydrate only when it has the tool to.
     way_back = "rehydrate" in (ctx.step.get("tools") or ())
     if store is not None and cfg.trace_threshold_tokens and not cfg.dry_run:
-        _compact(
+        compaction = _compact(
             ctx, prompt, cfg, counter, store, overhead, thread or "conversation_history", way_back
         )
+        if record is not None and compaction is not None:
+            record["compaction"] = compaction
     summarise_with = None
     if store is not None and not cfg.dry_run:  # a dry run asks no model for summaries
         from actions import _model_summary
@@ -204,6 +211,12 @@ def stage(
         way_back=way_back,
     )
     data = decision.trace_data(ctx.step_id, config.name)
+    if record is not None:
+        record.update(
+            budget=profile.budget,
+            original_tokens=decision.original_tokens,
+            summarised=[] if cfg.dry_run else list(decision.summarised),
+        )
     data.update(tokenizer=config.tokenizer, token_margin=margin)
     if decision.decision == "reject":
         # The prompt as it came, for `runtime trace RUN --step ID --full` (or --messages).
@@ -306,13 +319,16 @@ def _compact(
     overhead: int,
     thread_id: str,
     way_back: bool = True,
-) -> None:
-    """Compact the thread (the turns between the system prompt and the user message)."""
+) -> dict[str, Any] | None:
+    """Compact the thread (the turns between the system prompt and the user message).
+
+    What was compacted (tokens before and after, the map of turns to pointers), or None.
+    """
     start = 1 if prompt and prompt[0].role == "system" else 0
     end = len(prompt) - 1 if len(prompt) > start and prompt[-1].role == "user" else len(prompt)
     thread = prompt[start:end]
     if not thread:
-        return
+        return None
     known = {p["pointer_id"] for p in store.pointers(ctx.run_id)}
     result = pol.compact_thread(
         thread,
@@ -325,7 +341,7 @@ def _compact(
         way_back=way_back,
     )
     if not result.entries:
-        return
+        return None
     new = [e for e in result.entries if e["pointer_id"] not in known]
     ctx.trace(
         "THREAD_COMPACTED",
@@ -338,6 +354,11 @@ def _compact(
     if new:  # a turn compacted on an earlier call is not counted again
         ctx.increment("compactions", len(new))
         ctx.increment("tokens_saved", sum(e["tokens_before"] - e["tokens_after"] for e in new))
+    return {
+        "tokens_before": result.tokens_before,
+        "tokens_after": result.tokens_after,
+        "map": [{**e, "index": e["index"] + start} for e in result.entries],
+    }
 
 
 def policy_fields() -> Mapping[str, Any]:

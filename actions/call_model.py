@@ -10,6 +10,7 @@ from typing import Any
 from actions import _jsonish
 from actions._model_trace import trace_model_call
 from runtime.context.blocks import HEADER, as_evidence
+from runtime.context.packs import PACK_BUDGET_SCHEMA
 from runtime.context.policy import POLICY_SCHEMA
 from runtime.contract.action import (
     VARIABLE_PATTERN,
@@ -123,6 +124,7 @@ class CallModel(Action):
             "description": "Tool-call rounds before the model must answer (default 3).",
         },
         "context_policy": POLICY_SCHEMA,
+        "pack_budget": PACK_BUDGET_SCHEMA,
         # fidelity and thread_id are step fields of every action (runtime/format/schema.py).
     }
     required = ("prompt_key",)
@@ -359,6 +361,7 @@ class CallModel(Action):
         reserve: int,
         thread: str | None = None,
         preamble_tokens: int = 0,
+        record: dict[str, Any] | None = None,
     ) -> tuple[list[dict[str, str]], int]:
         """The context policy (actions/_budget.py): messages to send, their exact tokens.
 
@@ -380,6 +383,7 @@ class CallModel(Action):
             escape=lambda block: _CLOSE.sub("<\\/evidence", _one_block(block)),
             thread=thread,
             preamble_tokens=preamble_tokens,
+            record=record,
         )
 
     def assemble(
@@ -477,9 +481,11 @@ class CallModel(Action):
         # conversation_history's).
         thread = fidelity.get("thread_id") if fidelity.get("fidelity") == "full" else None
         preamble = int(fidelity.get("preamble_tokens") or 0)
+        budget: dict[str, Any] = {}
         messages, prompt_tokens = self.budget_stage(
-            ctx, provider, messages, reserve, thread, preamble
+            ctx, provider, messages, reserve, thread, preamble, budget
         )
+        self.record_pack(ctx, provider, messages, prompt_tokens, fidelity, budget)
         json_mode = bool(ctx.step.get("json"))
         # JSON is not streamed to the terminal: it is for the next step, not for a reader.
         on_chunk = None if json_mode else getattr(ctx.services, "on_model_chunk", None)
@@ -528,6 +534,31 @@ class CallModel(Action):
         if "thread_id" in fidelity:  # staged like the write: a failed attempt appends nothing
             ctx.append_thread(fidelity["thread_id"], [*own, {"role": "assistant", "content": text}])
         return None
+
+    def record_pack(
+        self,
+        ctx: StepContext,
+        provider: Any,
+        messages: list[dict[str, str]],
+        prompt_tokens: int,
+        fidelity: Mapping[str, Any],
+        budget: Mapping[str, Any],
+    ) -> None:
+        """The call's context pack, stored before the call (actions/_pack.py, docs/packs.md)."""
+        from actions import _pack
+
+        counter = ctx.services.tokens_for(provider.config)
+        _pack.record(
+            ctx,
+            model=provider.config.name,
+            messages=messages,
+            prompt_tokens=prompt_tokens,
+            fidelity=fidelity,
+            budget=budget,
+            count=counter.count_cached,
+            render=self.render,
+            scrub=self.scrub(ctx, provider),
+        )
 
     @staticmethod
     def check_truncated(ctx: StepContext, response: Any, reserve: int) -> None:

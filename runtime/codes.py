@@ -396,32 +396,6 @@ _CODES: list[Code] = [
         "(Postgres is not supported yet).",
         "Pass a file path such as .runtime/runs.db or .runtime/index.db.",
     ),
-    Code(
-        "LEDGER_MISMATCH",
-        "run",
-        "`runtime verify`: a stored row a run's provenance ledger covers (a trace event, a "
-        "checkpoint, a variable, a pointer's original, a context pack, the ledger itself) is "
-        "not what its entry recorded, or a stored row is in no entry.",
-        "The run's record was changed after it was written: the report names the first entry.",
-    ),
-    Code(
-        "LEDGER_UNSIGNED",
-        "run",
-        "`runtime verify` with $RUNTIME_LEDGER_KEY set: a ledger entry carries no signature.",
-        "The run was written without the key; verify without it to check the chain alone.",
-    ),
-    Code(
-        "LEDGER_KEY_MISMATCH",
-        "run",
-        "`runtime verify` with $RUNTIME_LEDGER_KEY set: a ledger entry was signed with another "
-        "key (or its signature was changed).",
-    ),
-    Code(
-        "LEDGER_MISSING",
-        "run",
-        "`runtime verify`: the run has no provenance ledger (stored before the ledger existed, "
-        "or by a store opened with ledger=False).",
-    ),
     Code("ACTION_FAILED", "run", "An action raised an unexpected exception (a bug in the action)."),
     Code("TRANSFORM_FAILED", "run", "A set_variables transform cannot apply to its value."),
     Code("QUERY_EMPTY", "run", "A search has an empty query."),
@@ -563,6 +537,30 @@ _CODES: list[Code] = [
         "No summariser is installed for the kind asked for (code is installed by the action "
         "layer).",
         "Use text, diff, json, log or markdown, or import actions before summarising code.",
+    ),
+    Code(
+        "PACK_BUDGET_INVALID",
+        "graph",
+        "A `pack_budget:` (settings or a call_model step) gives section fractions that sum to "
+        "more than 1.",
+        "Lower the fractions so they sum to at most 1 (docs/packs.md); `safety` is headroom "
+        "that counts in the sum.",
+    ),
+    Code(
+        "PACK_BUDGET_EXCEEDED",
+        "run",
+        "A section of a model call's context pack is over its `pack_budget` share by more than "
+        "10% (5-10% is a PACK_BUDGET_OVER event in the trace). The pack is stored first.",
+        "Read the pack (`runtime context RUN --step ID`), then bound what fills the section "
+        "or give it a larger share.",
+    ),
+    Code(
+        "PACK_COVERAGE_LOW",
+        "run",
+        "A context pack's drop report accounts for less than 95% of the tokens the call "
+        "removed from its prompt: an event in the trace at run time, an assertion failure in "
+        "tests (runtime.context.packs.assert_coverage).",
+        "Report every reduction as a drop (id, reason, tokens saved) where it is made.",
     ),
     Code(
         "SUMMARY_KIND_MISMATCH",

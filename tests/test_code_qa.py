@@ -106,13 +106,15 @@ def test_record_then_replay_gives_the_same_run(runner, index, tmp_path):
             cli, ["trace", "a", "--store", str(tmp_path / store), "--format", "jsonl"]
         ).stdout.splitlines()
         events = without_timing(json.loads(x) for x in lines)
-        # The provider name is the only difference allowed between a live call and its replay.
+        # The provider name is the only difference allowed between a live call and its replay
+        # (a context pack's id hashes the model name with the pack).
         traces.append(
             [
                 {
                     k: v
                     for k, v in e.items()
-                    if k not in ("run_id", "provider", "model", "tokens_in", "tokens_out")
+                    if k
+                    not in ("run_id", "provider", "model", "tokens_in", "tokens_out", "pack_id")
                 }
                 for e in events
             ]

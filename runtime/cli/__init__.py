@@ -41,10 +41,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "runs": ("runtime.cli.runs", "runs", "List runs in the run store."),
     "trace": ("runtime.cli.runs", "trace", "Show a run's trace."),
-    "verify": (
-        "runtime.cli.verify",
-        "verify",
-        "Check a run's record against its hash-chained provenance ledger.",
+    "context": (
+        "runtime.cli.context",
+        "context",
+        "Show what each model call of a run was shown, and what was left out.",
     ),
     "inspect": ("runtime.cli.inspect", "inspect", "Show what the runtime sees in a source file."),
     "index": ("runtime.cli.index", "index", "Index source trees into the node store."),

@@ -58,6 +58,8 @@ class RunResult:
     output: dict[str, Any]  # see output_of: always a mapping
     error: RunError | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
+    # One context pack per model call, in call order (runtime/context/packs.py, docs/packs.md).
+    packs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of the CLI contract."""
@@ -387,6 +389,7 @@ class Engine:
             output_of(self.pipeline, state.variables),
             error,
         )
+        result.packs = (pos.services or self.services).packs.packs(run_id)
         if self.store is not None:
             self._checkpoint(run_id, pos, tracer, status)
             self.store.finish(

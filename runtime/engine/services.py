@@ -152,6 +152,19 @@ class Services:
             return self.pointer_store
 
     @property
+    def packs(self) -> Any:
+        """Where model calls' context packs go: the run store when it keeps them, else memory."""
+        with self._lock:
+            store = self.pointer_store
+            if store is not None and hasattr(store, "save_pack"):
+                return store
+            if getattr(self, "_pack_store", None) is None:
+                from runtime.context.packs import MemoryPackStore
+
+                self._pack_store = MemoryPackStore()
+            return self._pack_store
+
+    @property
     def node_store(self) -> Any:
         """The node store (opened from index_path, RUNTIME_INDEX or .runtime/index.db)."""
         with self._lock:

@@ -25,16 +25,14 @@ import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from runtime.context.pointers import index_for
-from runtime.engine import ledger as _ledger
 from runtime.engine.owner import is_gone, this_process
 from runtime.errors import RunError, StoreError, refuse_url
 from runtime.format.changes import fingerprint
-from runtime.governance.ledger import key_from_env
 
 DEFAULT_PATH = ".runtime/runs.db"
 
@@ -359,6 +357,21 @@ def _m10_run_owner(db: sqlite3.Connection) -> None:
 MIGRATIONS += [("m009_pipeline_parts", _m9_pipeline_parts), ("m010_run_owner", _m10_run_owner)]
 
 
+def _m11_context_packs(db: sqlite3.Connection) -> None:
+    """One context pack per model call (runtime/context/packs.py), in call order per run.
+
+    `body` is the pack's canonical JSON (packs.canonical_bytes), what a ledger hashes.
+    """
+    db.execute(
+        "CREATE TABLE run_context_packs (run_id TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " step_id TEXT NOT NULL, pack_id TEXT NOT NULL, body TEXT NOT NULL,"
+        " PRIMARY KEY (run_id, seq)) WITHOUT ROWID"
+    )
+
+
+MIGRATIONS += [("m011_context_packs", _m11_context_packs)]
+
+
 class _RunMemo:
     """What a store remembers of a run between checkpoints: stored hashes, stored steps."""
 
@@ -380,26 +393,15 @@ def default_path() -> str:
     return os.environ.get("RUNTIME_STORE") or DEFAULT_PATH
 
 
-# The provenance ledger (runtime/engine/ledger.py): written in the transactions below.
-MIGRATIONS += [("m012_provenance_ledger", _ledger.migrate)]
-
-
 class SqliteRunStore:
     """The default run store."""
 
     def __init__(
-        self,
-        path: str | None = None,
-        *,
-        create: bool = True,
-        durability: str = "normal",
-        ledger: bool = True,
+        self, path: str | None = None, *, create: bool = True, durability: str = "normal"
     ) -> None:
         """Open the store; with create=False (the reading commands) a missing file is refused.
 
         `durability` applies to runs that do not choose their own (see the module doc).
-        `ledger` False writes no provenance ledger (benchmarks; `runtime verify` then finds
-        none); the signing key is read from $RUNTIME_LEDGER_KEY once, here.
         """
         if durability not in DURABILITY:
             raise StoreError(
@@ -407,7 +409,6 @@ class SqliteRunStore:
                 code="DURABILITY_UNKNOWN",
             )
         self.durability = durability
-        self._ledger = _ledger.LedgerWriter(key_from_env()) if ledger else None
         raw = path or default_path()
         refuse_url(raw, "run store")
         self.path = str(Path(raw))
@@ -504,7 +505,6 @@ class SqliteRunStore:
         # What a resume compares part by part, and the process running the run.
         parts = json.dumps(fingerprint(pipeline))
         owner = json.dumps(this_process())
-        inputs_text = json.dumps(inputs)
 
         def fn(db: sqlite3.Connection) -> None:
             try:
@@ -528,15 +528,11 @@ class SqliteRunStore:
                 raise StoreError(f"run id {run_id!r} already exists") from exc
             # Apart from the runs row, which every checkpoint updates: a 1 MB input is
             # written here once, not again with every step.
-            db.execute("INSERT INTO run_inputs VALUES (?, ?)", (run_id, inputs_text))
+            db.execute("INSERT INTO run_inputs VALUES (?, ?)", (run_id, json.dumps(inputs)))
             if data:
                 db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", data)
             if choices is not None:
                 db.execute("INSERT INTO run_choices VALUES (?, ?)", (run_id, json.dumps(choices)))
-            if self._ledger is not None:
-                own, batch = _ledger.event_items(events or [], data)
-                first = _ledger.run_content(run_id, pipeline, now, inputs_text, batch)
-                self._ledger.append(db, run_id, [("run", first), *own])
 
         self._tx(fn, durability)
         with self._lock:
@@ -601,40 +597,18 @@ class SqliteRunStore:
                 db.executemany(
                     "INSERT OR REPLACE INTO run_threads VALUES (?, ?, ?, ?)", new_messages
                 )
-            (stored_seq,) = db.execute(
+            db.execute(
                 "INSERT INTO checkpoints (run_id, position, engine, event_seq, steps, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE"
                 " SET position = excluded.position, engine = excluded.engine,"
                 " event_seq = max(event_seq, excluded.event_seq), steps = excluded.steps,"
-                " updated_at = excluded.updated_at RETURNING event_seq",
+                " updated_at = excluded.updated_at",
                 (run_id, position, state, seq, engine.get("step_count", 0), time.time()),
-            ).fetchone()
+            )
             if data:
                 db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", data)
             # The pointers stored since the last checkpoint are the run's now (see m006).
-            made = db.execute(
-                "DELETE FROM run_pointers_pending WHERE run_id = ? RETURNING pointer_id", (run_id,)
-            ).fetchall()
-            if self._ledger is not None:
-                self._ledger.append(
-                    db,
-                    run_id,
-                    _ledger.checkpoint_items(
-                        db,
-                        run_id,
-                        events,
-                        data,
-                        position=position,
-                        state=state,
-                        event_seq=stored_seq,
-                        steps=engine.get("step_count", 0),
-                        variables=rows,
-                        removed=removed,
-                        new_steps=new_steps,
-                        new_messages=new_messages,
-                        pointers=made,
-                    ),
-                )
+            db.execute("DELETE FROM run_pointers_pending WHERE run_id = ?", (run_id,))
             if status != "running":  # a running run's row already says so (set_status)
                 db.execute("UPDATE runs SET status = ? WHERE id = ?", (status, run_id))
 
@@ -663,19 +637,19 @@ class SqliteRunStore:
         durability: str | None = None,
     ) -> None:
         """Record the end of a run."""
-        output_text = json.dumps(output)
-        error_text = json.dumps(error) if error else None
-
-        def fn(db: sqlite3.Connection) -> None:
-            db.execute(
+        self._tx(
+            lambda db: db.execute(
                 "UPDATE runs SET status = ?, output = ?, error = ?, updated_at = ? WHERE id = ?",
-                (status, output_text, error_text, time.time(), run_id),
-            )
-            if self._ledger is not None:
-                end = _ledger.end_content(status, output_text, error_text)
-                self._ledger.append(db, run_id, [("end", end)])
-
-        self._tx(fn, durability)
+                (
+                    status,
+                    json.dumps(output),
+                    json.dumps(error) if error else None,
+                    time.time(),
+                    run_id,
+                ),
+            ),
+            durability,
+        )
 
     def rewind(self, run_id: str) -> None:
         """Forget what a run stored after its last checkpoint (before resuming it).
@@ -692,6 +666,13 @@ class SqliteRunStore:
                 (run_id, run_id),
             )
             db.execute("DELETE FROM run_pointers_pending WHERE run_id = ?", (run_id,))
+            # Its context packs too: those no checkpointed CONTEXT_PACK event names.
+            db.execute(
+                "DELETE FROM run_context_packs WHERE run_id = ? AND seq > (SELECT"
+                " coalesce(max(json_extract(data, '$.pack_seq')), 0) FROM events"
+                " WHERE run_id = ? AND type = 'CONTEXT_PACK')",
+                (run_id, run_id),
+            )
 
         self._tx(fn)
 
@@ -1059,6 +1040,49 @@ class SqliteRunStore:
                 out.append({"pointer_id": pointer_id, "sha256": sha, "kind": kind, "chars": chars})
         return out
 
+    # --- context packs (runtime/context/packs.py) --------------------------------
+
+    def save_pack(self, run_id: str, pack: Mapping[str, Any]) -> int:
+        """Store a model call's pack after the run's others; its sequence number (1, 2, ...)."""
+        from runtime.context.packs import canonical_bytes
+
+        body = canonical_bytes(pack).decode("utf-8", "surrogatepass")
+
+        def fn(db: sqlite3.Connection) -> int:
+            (last,) = db.execute(
+                "SELECT coalesce(max(seq), 0) FROM run_context_packs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            db.execute(
+                "INSERT INTO run_context_packs VALUES (?, ?, ?, ?, ?)",
+                (run_id, last + 1, str(pack.get("step_id")), str(pack.get("pack_id")), body),
+            )
+            return int(last) + 1
+
+        return int(self._tx(fn))
+
+    @_reader
+    def packs(self, run_id: str, step_id: str | None = None) -> list[dict[str, Any]]:
+        """A run's packs in call order (one step's with step_id), each with its `seq`."""
+        sql = "SELECT seq, body FROM run_context_packs WHERE run_id = ?"
+        args: tuple[Any, ...] = (run_id,)
+        if step_id is not None:
+            sql, args = sql + " AND step_id = ?", (run_id, step_id)
+        with self._reading():
+            db = self._conn()
+            if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                raise RunError(f"no run {run_id!r} in {self.path}", code="RUN_NOT_FOUND")
+            rows = db.execute(sql + " ORDER BY seq", args).fetchall()
+        out = []
+        for seq, body in rows:
+            try:
+                pack = json.loads(body)
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise self._damaged(f"pack {seq} of run {run_id}", f"not JSON ({exc})") from exc
+            if not isinstance(pack, dict):
+                raise self._damaged(f"pack {seq} of run {run_id}", "not an object")
+            out.append({**pack, "seq": seq})
+        return out
+
     @staticmethod
     def _thread_counts(db: sqlite3.Connection, run_id: str) -> dict[str, int]:
         return dict(
@@ -1131,22 +1155,3 @@ class SqliteRunStore:
         if conn is not None:
             conn.close()
             self._local.conn = None
-
-    def verify_ledger(self, run_id: str, key: bytes | None) -> _ledger.Report:
-        """Recompute a run's provenance ledger from its stored rows (`runtime verify`).
-
-        Read on a connection of its own that hands TEXT back as bytes (a changed byte never
-        fails a decode) in one snapshot; a damaged file is STORE_ERROR, no run RUN_NOT_FOUND.
-        """
-        try:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            try:
-                db.text_factory = bytes
-                if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
-                    raise RunError(f"no run {run_id!r} in {self.path}", code="RUN_NOT_FOUND")
-                db.execute("BEGIN")  # one snapshot of every table
-                return _ledger.verify_run(db, run_id, key)
-            finally:
-                db.close()
-        except (sqlite3.Error, RecursionError) as exc:
-            raise StoreError(f"run store {self.path}: verify: {exc} (store damaged?)") from exc

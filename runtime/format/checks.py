@@ -537,6 +537,21 @@ def check_error_codes(steps: Sequence[Step]) -> Iterator[Finding]:
                 yield found
 
 
+def check_pack_budgets(steps: Sequence[Step], settings: Mapping[str, Any]) -> Iterator[Finding]:
+    """`pack_budget:` fractions (settings, each step) sum to at most 1 (docs/packs.md)."""
+    from runtime.context.packs import budget_problems
+
+    for message, path in budget_problems(settings.get("pack_budget")):
+        yield Finding("PACK_BUDGET_INVALID", message, ("settings", "pack_budget", *path))
+    for i, step in enumerate(steps):
+        for message, path in budget_problems(step.get("pack_budget")):
+            yield Finding(
+                "PACK_BUDGET_INVALID",
+                f"step {step.get('id')!r}: {message}",
+                ("steps", i, "pack_budget", *path),
+            )
+
+
 def check_settings_refs(
     steps: Sequence[Step], settings: Mapping[str, Any], registry: Registry
 ) -> Iterator[Finding]:
@@ -634,5 +649,6 @@ def run_all(
     yield from check_threads(graph, settings)
     yield from check_error_codes(steps)
     yield from check_settings_refs(steps, settings, registry)
+    yield from check_pack_budgets(steps, settings)
     yield from check_actions(steps, settings, registry)
     yield from check_unused_settings(steps, settings, registry)

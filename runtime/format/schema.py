@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runtime.context.packs import PACK_BUDGET_SCHEMA
 from runtime.context.policy import POLICY_SCHEMA
 from runtime.contract.action import STEP_ID_PATTERN, VARIABLE_PATTERN, Action
 from runtime.contract.registry import Registry
@@ -184,6 +185,7 @@ SETTINGS_SCHEMA: dict[str, Any] = {
         },
         "default_model": {"type": "string"},
         "context_policy": POLICY_SCHEMA,
+        "pack_budget": PACK_BUDGET_SCHEMA,
         "models": {
             "type": "object",
             "additionalProperties": {

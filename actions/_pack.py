@@ -1,0 +1,410 @@
+"""call_model's context pack: what the call sent, by section, and what was left out.
+
+`record(ctx, ...)` feeds runtime/context/packs.py's PackBuilder from what call_model
+assembled and what its budget stage did (actions/_budget.py's `record`), stores the pack
+(Services.packs), traces CONTEXT_PACK, and enforces the step's `pack_budget`:
+PACK_BUDGET_OVER (an event) for a section 5-10% over its share, PACK_BUDGET_EXCEEDED
+(an error, after the pack is stored) beyond. A drop report that accounts for less than
+95% of the tokens the call removed is a PACK_COVERAGE_LOW event.
+
+Where each section comes from (docs/packs.md):
+- policy: the step's system prompt file; fidelity: the preamble, or a `full` thread's turns;
+- history: conversation_history turns; tools: the specs of the tools offered;
+- user: parts reading a run input (the question); task: other parts and the templates;
+- knowledge: evidence blocks, one item per node; memory: nothing fills it yet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from runtime.context import packs
+from runtime.context.blocks import HEADER, as_evidence, block_id, split_blocks
+from runtime.contract.action import StepContext
+
+# search_nodes' modes as the pack's retriever kinds.
+RETRIEVERS = {"bm25": "keyword", "semantic": "vector", "vector": "vector", "hybrid": "hybrid"}
+
+
+def record(
+    ctx: StepContext,
+    *,
+    model: str,
+    messages: list[dict[str, Any]],
+    prompt_tokens: int,
+    fidelity: Mapping[str, Any],
+    budget: Mapping[str, Any],
+    count: Callable[[str], int],
+    render: Callable[[Any], str],
+    scrub: Callable[[str], str],
+) -> dict[str, Any]:
+    """Build, store and check the pack of the call about to be made; the pack."""
+    b = packs.PackBuilder(
+        run_id=ctx.run_id,
+        step_id=ctx.step_id,
+        model=model,
+        prompt_budget=budget.get("budget"),
+        pack_budget=packs.resolve_budget(ctx.settings, ctx.step),
+    )
+    summarised = {s["id"]: s for s in budget.get("summarised") or ()}
+    thread_turns = int(fidelity.get("thread_messages") or 0)
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    # A `full` step sends its thread's turns, then its own messages (system prompt first).
+    own_start = thread_turns if fidelity.get("fidelity") == "full" else 0
+    for i, m in enumerate(messages):
+        content = m.get("content") or ""
+        if i == own_start and m["role"] == "system":
+            _system(ctx, b, content, fidelity, count)
+        elif i == last_user and ctx.step.get("user_parts"):
+            _user_parts(ctx, b, summarised, count, render, scrub)
+        else:
+            kind = "fidelity" if i < own_start else "history"
+            if m["role"] == "tool" or m.get("tool_calls"):
+                kind = "tools"
+            sid = f"{m['role']}[{i}]"
+            hits = [s for k, s in summarised.items() if k == sid or k.startswith(sid + ".")]
+            item = {
+                "id": sid,
+                "source": "thread" if kind == "fidelity" else "history",
+                "reason": f"a {m['role']} turn of "
+                + (f"thread {fidelity.get('thread_id')}" if kind == "fidelity" else "the history"),
+                "content_hash": packs.content_hash(content),
+            }
+            if hits:
+                item["summary_ref"] = [s["pointer_id"] for s in hits]
+                for s in hits:
+                    _summarised_drop(b, s)
+            b.add(kind, count(content), item=item)
+            b.reason(
+                kind,
+                f"the {fidelity.get('thread_id')!r} thread the step joined (fidelity full)"
+                if kind == "fidelity"
+                else "conversation_history (use_history)",
+            )
+    _tools(ctx, b, count)
+    saved = sum(s["tokens_before"] - s["tokens_after"] for s in summarised.values())
+    b.removed_by_call(int(budget.get("original_tokens") or prompt_tokens) - prompt_tokens, saved)
+    compaction = budget.get("compaction")
+    if compaction:
+        entries = compaction["map"]
+        for e in entries:
+            b.drop(
+                e["id"],
+                "compaction",
+                e["tokens_before"] - e["tokens_after"],
+                pointer_id=e["pointer_id"],
+                by="context_policy.trace_threshold_tokens",
+            )
+        b.removed_by_call(
+            compaction["tokens_before"] - compaction["tokens_after"],
+            sum(e["tokens_before"] - e["tokens_after"] for e in entries),
+        )
+    if b.sections["knowledge"]["items"]:
+        _retrieval_drops(ctx, b)
+    pack = b.finish(messages, prompt_tokens, fidelity_mode=fidelity.get("fidelity"))
+    seq = ctx.services.packs.save_pack(ctx.run_id, pack)
+    event = packs.summary(pack)
+    del event["step_id"]  # the event's own
+    ctx.trace("CONTEXT_PACK", pack_seq=seq, **event)
+    drops = pack["drops"]
+    if drops["coverage"] < packs.MIN_COVERAGE:
+        ctx.trace(
+            "PACK_COVERAGE_LOW",
+            pack_id=pack["pack_id"],
+            coverage=drops["coverage"],
+            tokens_removed=drops["tokens_removed"],
+            tokens_accounted=drops["tokens_accounted"],
+        )
+    over = [a for a in pack["adherence"] if a["verdict"] != "ok"]
+    for a in over:
+        if a["verdict"] == "warning":
+            ctx.trace("PACK_BUDGET_OVER", pack_id=pack["pack_id"], **a)
+    errors = [a for a in over if a["verdict"] == "error"]
+    if errors:
+        what = ", ".join(
+            f"{a['section']} {a['tokens']} tokens over its {a['budget']} ({a['over']:.0%})"
+            for a in errors
+        )
+        raise packs.PackBudgetExceededError(
+            f"pack_budget exceeded by more than {packs.ERROR_OVER:.0%}: {what}",
+            step_id=ctx.step_id,
+            hint=f"the pack: runtime context {ctx.run_id} --step {ctx.step_id}",
+        )
+    return pack
+
+
+def _system(
+    ctx: StepContext, b: packs.PackBuilder, content: str, fidelity: Mapping[str, Any], count: Any
+) -> None:
+    """The system message: the prompt file (policy) and the fidelity preamble after it."""
+    preamble = int(fidelity.get("preamble_tokens") or 0)
+    key = ctx.step.get("prompt_key")
+    total = count(content)
+    policy = max(0, total - preamble)
+    b.add(
+        "policy",
+        policy,
+        item={
+            "id": f"prompt:{key}",
+            "source": "prompt file",
+            "reason": "the step's prompt_key",
+            "content_hash": _hash(content),
+        },
+    )
+    b.reason("policy", f"the step's system prompt ({key})")
+    if preamble:
+        b.add(
+            "fidelity",
+            preamble,
+            item={
+                "id": "preamble",
+                "source": "fidelity preamble",
+                "reason": f"the run so far, fidelity {fidelity.get('fidelity')}",
+            },
+        )
+        b.reason(
+            "fidelity", f"fidelity {fidelity.get('fidelity')} ({fidelity.get('fidelity_from')})"
+        )
+        for what in ("steps", "variables"):
+            dropped = fidelity.get(f"preamble_{what}_dropped")
+            if dropped:
+                b.drop(
+                    f"preamble:{what}", "truncation", None, count=dropped, by="fidelity preamble"
+                )
+
+
+def _hash(text: str) -> str:
+    return packs.content_hash(text)
+
+
+def _user_parts(
+    ctx: StepContext,
+    b: packs.PackBuilder,
+    summarised: Mapping[str, Mapping[str, Any]],
+    count: Any,
+    render: Any,
+    scrub: Any,
+) -> None:
+    """Each user part: the question (user), evidence blocks (knowledge), the rest (task)."""
+    evidence: list[tuple[str, str]] = []  # (segment id, block)
+    for name, part in (ctx.step.get("user_parts") or {}).items():
+        source = part["source"]
+        value = as_evidence(ctx.get(source, None))
+        template = str(part.get("template", "{}")).replace("{}", "", 1)
+        if template.strip():
+            b.add("task", count(template))
+            b.reason("task", "the user parts' templates")
+        blocks = _blocks(value)
+        sid = f"user_parts.{name}"
+        if blocks is not None:
+            evidence += [(f"{sid}[{j}]", blk) for j, blk in enumerate(blocks)]
+            continue
+        text = render(value)
+        tokens = count(text)
+        item: dict[str, Any] = {
+            "id": sid,
+            "source": f"variable {source}",
+            "reason": f"user part {name!r} reads {source}",
+            "content_hash": _hash(text),
+        }
+        s = summarised.get(sid)
+        if s is not None:
+            tokens -= s["tokens_before"] - s["tokens_after"]
+            item["summary_ref"] = s["pointer_id"]
+            _summarised_drop(b, s)
+        kind = "user" if source == "question" or source in ctx.inputs else "task"
+        b.add(kind, max(0, tokens), item=item)
+        b.reason(kind, "the run's input" if kind == "user" else "the step's user parts")
+    if evidence:
+        _knowledge(ctx, b, evidence, summarised, count, scrub)
+
+
+def _blocks(value: Any) -> list[str] | None:
+    """The evidence blocks of a part's value, or None when it is not evidence."""
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, str) for v in value)
+        and any(v.startswith(HEADER) for v in value)
+    ):
+        return list(value)
+    if isinstance(value, str) and HEADER in value:
+        return split_blocks(value)
+    return None
+
+
+def _knowledge(
+    ctx: StepContext,
+    b: packs.PackBuilder,
+    evidence: list[tuple[str, str]],
+    summarised: Mapping[str, Mapping[str, Any]],
+    count: Any,
+    scrub: Any,
+) -> None:
+    """One item per evidence block, with where it came from and the scope that admitted it."""
+    seeds = [s for s in ctx.get("retrieval_seed_nodes", None) or () if isinstance(s, str)]
+    hits = {
+        h["id"]: h
+        for h in ctx.get("retrieval_hits", None) or ()
+        if isinstance(h, Mapping) and "id" in h
+    }
+    expanded = {n for n in ctx.get("graph_expanded_nodes", None) or () if isinstance(n, str)}
+    parents: dict[str, str] = {}
+    for e in ctx.get("graph_edges", None) or ():
+        if isinstance(e, Mapping):
+            a, z = str(e.get("from_id")), str(e.get("to_id"))
+            if a in seeds and z not in seeds:
+                parents.setdefault(z, a)
+            elif z in seeds and a not in seeds:
+                parents.setdefault(a, z)
+    mode = ctx.get("retrieval_mode", None)
+    query = ctx.get("retrieval_query", None)
+    query = packs.clip(scrub(query)) if isinstance(query, str) else None
+    # Labels are read back for retrieved nodes only (a block a step assembled may name a
+    # node of no index the run has).
+    retrieved = [n for n in (block_id(blk) for _, blk in evidence) if n in hits or n in expanded]
+    scope, filters, labels = _scope(ctx, retrieved)
+    seen: set[str] = set()
+    for sid, blk in evidence:
+        node = block_id(blk)
+        nid = node or sid
+        tokens = count(blk)
+        item: dict[str, Any] = {"id": nid, "content_hash": _hash(blk)}
+        if node is None:  # a string between the blocks (a divider a step added)
+            item.update(source="assembly", score=None, reason="text between evidence blocks")
+        elif nid in hits:
+            hit = hits[nid]
+            item.update(source="search", score=hit.get("score"), rank=hit.get("rank"))
+            item["reason"] = f"search hit, rank {hit.get('rank')}"
+            item["evidence"] = {
+                "retriever": RETRIEVERS.get(str(mode), str(mode)),
+                "query": query,
+                "filters": filters,
+                "score": hit.get("score"),
+            }
+        elif nid in expanded:
+            item.update(source="expansion", score=None)
+            item["reason"] = f"graph neighbour of {parents.get(nid) or 'a search hit'}"
+            item["evidence"] = {
+                "retriever": "graph",
+                "query": parents.get(nid),  # the search hit it was reached from
+                "filters": filters,
+                "score": None,
+            }
+        else:
+            item.update(source="assembly", score=None, reason="a block the step's input holds")
+        if node is not None:
+            # None: not read back (a node no search or expansion of this run returned).
+            item["labels"] = labels.get(nid) if nid in hits or nid in expanded else None
+            item["decision"] = f"scope:{scope}"
+        s = summarised.get(sid)
+        if s is not None:
+            tokens -= s["tokens_before"] - s["tokens_after"]
+            item["summary_ref"] = s["pointer_id"]
+            _summarised_drop(b, s, node=nid)
+        if "\ncompact: true\n" in blk.split("\ntext:\n", 1)[0] + "\n":
+            b.drop(nid, "compaction", None, by="manage_context_budget", shortened=True)
+        if nid in seen:
+            item["duplicate"] = True
+            b.drop(nid, "duplicate", 0, note="sent more than once")
+        seen.add(nid)
+        b.add("knowledge", max(0, tokens), item=item)
+    b.reason(
+        "knowledge",
+        f"evidence blocks: {len(seeds)} search hits ({mode}) and their graph expansion, "
+        "fetched under the evidence budget",
+    )
+
+
+def _scope(ctx: StepContext, ids: list[str]) -> tuple[str, dict[str, Any], dict[str, list[str]]]:
+    """The run's scope as `repository/snapshot/labels` and as filters; each node's labels.
+
+    `*`: any repository (snapshot); `unlabelled`: no allowed labels, so only unlabelled
+    nodes are visible (runtime/retrieval/node.py's Scope).
+    """
+    from actions._scope import run_scope
+
+    scope = run_scope(ctx)
+    allowed = "+".join(scope.allowed_labels or ()) or "unlabelled"
+    text = f"{scope.repository or '*'}/{scope.snapshot or '*'}/{allowed}"
+    filters = {
+        "repository": scope.repository,
+        "snapshot": scope.snapshot,
+        "allowed_labels": list(scope.allowed_labels or ()),
+    }
+    labels: dict[str, list[str]] = {}
+    if ids:
+        nodes = ctx.services.node_store.get_nodes(ids, scope=scope)
+        labels = {nid: sorted(node.labels or ()) for nid, node in nodes.items()}
+    return text, filters, labels
+
+
+# fetch_node_texts' skip reasons as drop reasons.
+FETCH_SKIPS = {"over_budget": "budget_skip", "missing_or_not_visible": "scope_deny"}
+
+
+def _retrieval_drops(ctx: StepContext, b: packs.PackBuilder) -> None:
+    """What the last fetch_node_texts considered and did not take (its fetch_debug)."""
+    for hit in ctx.get("retrieval_hits", None) or ():
+        for child in (hit.get("children") or ()) if isinstance(hit, Mapping) else ():
+            b.drop(str(child), "duplicate", 0, by="search_nodes", note=f"folded into {hit['id']}")
+    graph = ctx.get("graph_debug", None)
+    if isinstance(graph, Mapping) and graph.get("truncated"):
+        b.drop(
+            "graph:max_nodes",
+            "per_item_cap",
+            None,
+            by="expand_dependency_tree",
+            note=f"expansion stopped at max_nodes {graph.get('max_nodes')}",
+        )
+    debug = ctx.get("fetch_debug", None)
+    if not isinstance(debug, Mapping):
+        return
+    for c in debug.get("candidates") or ():
+        if not isinstance(c, Mapping) or c.get("decision") != "skip":
+            continue
+        reason = str(c.get("reason"))
+        b.drop(
+            str(c.get("id")),
+            FETCH_SKIPS.get(reason, reason),
+            c.get("cost") if isinstance(c.get("cost"), int) else None,
+            by="fetch_node_texts",
+            unit=debug.get("unit") if "cost" in c else None,
+        )
+
+
+def _summarised_drop(b: packs.PackBuilder, s: Mapping[str, Any], node: str | None = None) -> None:
+    b.drop(
+        s["id"],
+        "summarisation",
+        s["tokens_before"] - s["tokens_after"],
+        pointer_id=s["pointer_id"],
+        node=node,
+        kind=s.get("kind"),
+    )
+
+
+def _tools(ctx: StepContext, b: packs.PackBuilder, count: Any) -> None:
+    """The specs of the tools the step offers."""
+    names = list(ctx.step.get("tools") or ())
+    if not names:
+        return
+    from actions._tools import SPECS
+
+    for name in names:
+        spec = json.dumps(SPECS[name], sort_keys=True)
+        tokens = count(spec)
+        b.outside += tokens
+        b.add(
+            "tools",
+            tokens,
+            item={
+                "id": f"tool:{name}",
+                "source": "tool spec",
+                "reason": "offered by the step's tools:",
+                "content_hash": _hash(spec),
+            },
+        )
+    b.reason("tools", "the step's `tools:`")
