@@ -319,7 +319,8 @@ class SpanWriter:
             ),
             start_time=_ns(start),
         )
-        ctx = self._trace.set_span_in_context(span)
+        # The children's context, made only when there are children (most steps have none).
+        ctx = self._trace.set_span_in_context(span) if events else None
         decision: Mapping[str, Any] | None = None
         pack: dict[str, Any] = {}
         for e in events:

@@ -152,6 +152,12 @@ def test_model_calls_follow_the_genai_conventions(sample_index):
         == answer["step_runtime.context.prompt_tokens"]
     )
     assert chats["route"]["gen_ai.usage.output_tokens"] < answer["gen_ai.usage.output_tokens"]
+    # ... and its context pack: id, section tokens, the decisions that admitted its items.
+    assert answer["step_runtime.pack.id"].startswith("pk_")
+    assert answer["step_runtime.pack.section.knowledge.tokens"] > 1000
+    assert answer["step_runtime.pack.section.policy.tokens"] > 0
+    assert len(answer["step_runtime.pack.decision_ids"]) >= 1
+    assert len({c["step_runtime.pack.id"] for c in chats.values()}) == 3
 
 
 def test_prompt_and_reply_text_are_off_by_default(sample_index):
@@ -456,3 +462,51 @@ def test_pack_decision_ids_are_read_from_the_stored_pack_when_the_event_has_none
     stored["pack_id"] = "pk_other"
     (chat,) = [s for s in feed(run_events(PACK_EVENT, CALL), services) if s.name == "chat m"]
     assert "step_runtime.pack.decision_ids" not in chat.attributes
+
+
+class Gate(Action):
+    """Fails while `Gate.closed` is set."""
+
+    name = "gate"
+    runnable = True
+    closed = True
+
+    def run(self, ctx: Any) -> Outcome | None:
+        if Gate.closed:
+            raise RunError("closed", code="VARIABLE_MISSING")
+        return None
+
+
+def test_a_resumed_run_is_a_new_trace_that_says_where_it_resumed(tmp_path):
+    from runtime.engine.store import SqliteRunStore
+
+    provider, exporter = memory()
+    pipeline = Pipeline.from_dict(
+        {
+            "name": "p",
+            "settings": {"entry_step_id": "a"},
+            "steps": [
+                {"id": "a", "action": "noop", "next": "b"},
+                {"id": "b", "action": "gate", "end": True},
+            ],
+        }
+    )
+    store = SqliteRunStore(str(tmp_path / "r.db"))
+
+    def engine() -> Engine:
+        reg = Registry.from_classes(Noop, Gate)
+        return Engine(pipeline, registry=reg, store=store, tracer_provider=provider)
+
+    Gate.closed = True
+    assert engine().run(run_id="r").status == "failed"
+    Gate.closed = False
+    assert engine().resume("r").status == "completed"
+    runs = sorted(
+        (s for s in exporter.get_finished_spans() if s.name == "run p"), key=lambda s: s.start_time
+    )
+    assert [r.attributes["step_runtime.run.resumed"] for r in runs] == [False, True]
+    assert runs[1].attributes["step_runtime.run.position"] == "b"
+    assert runs[0].context.trace_id != runs[1].context.trace_id
+    second = [s.name for s in exporter.get_finished_spans() if s.parent == runs[1].context]
+    assert second == ["step b"]
+    assert runs[1].attributes["step_runtime.run.id"] == "r"

@@ -141,3 +141,4 @@ def test_exec_sends_the_runs_spans_to_an_otlp_http_receiver(receiver, sample_ind
         assert a["gen_ai.usage.input_tokens"] > 0 and a["gen_ai.usage.output_tokens"] > 0
         assert a["gen_ai.response.finish_reasons"] == ["stop"]
         assert "gen_ai.input.messages" not in a  # content is off by default
+        assert a["step_runtime.pack.id"].startswith("pk_")
