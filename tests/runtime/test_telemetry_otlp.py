@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -99,21 +100,30 @@ def receiver():
     r.close()
 
 
-def test_exec_sends_the_runs_spans_to_an_otlp_http_receiver(receiver, sample_index, tmp_path):
-    env = {
+def exec_code_qa(index: Any, folder: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`runtime exec` of code_qa in a child process, with env added to a clean environment."""
+    clean = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith("OTEL_") and k not in ("RUNTIME_OTEL", "RUNTIME_STORE", "RUNTIME_INDEX")
     }
-    env.update(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url, OTEL_SERVICE_NAME="qa-bot")
     args = ["exec", str(ROOT / "pipelines" / "code_qa.yaml"), "--input", f"question={QUESTION}"]
-    args += ["--index", sample_index.path, "--store", str(tmp_path / "r.db"), "--json"]
-    done = subprocess.run(
+    args += ["--index", index.path, "--store", str(folder / "r.db"), "--json"]
+    return subprocess.run(
         [sys.executable, "-m", "runtime", *args],
-        env=env,
+        env={**clean, **env},
         capture_output=True,
         text=True,
         timeout=120,
+    )
+
+
+def test_exec_sends_the_runs_spans_to_an_otlp_http_receiver(receiver, sample_index, tmp_path):
+    done = exec_code_qa(
+        sample_index,
+        tmp_path,
+        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url,
+        OTEL_SERVICE_NAME="qa-bot",
     )
     assert done.returncode == 0, done.stderr
     run_id = json.loads(done.stdout)["run_id"]
@@ -142,3 +152,21 @@ def test_exec_sends_the_runs_spans_to_an_otlp_http_receiver(receiver, sample_ind
         assert a["gen_ai.response.finish_reasons"] == ["stop"]
         assert "gen_ai.input.messages" not in a  # content is off by default
         assert a["step_runtime.pack.id"].startswith("pk_")
+
+
+@pytest.mark.slow
+def test_a_receiver_that_is_down_does_not_fail_the_run_and_says_so(sample_index, tmp_path):
+    """The spans are lost, not the run: the exporter retries until its timeout at exit and
+    writes on stderr that it could not export (about 2 s here, with a 1 s timeout)."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = exec_code_qa(
+        sample_index,
+        tmp_path,
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+        OTEL_EXPORTER_OTLP_TIMEOUT="1",
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "completed"
+    assert "Failed to export" in done.stderr
