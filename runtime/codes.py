@@ -396,6 +396,32 @@ _CODES: list[Code] = [
         "(Postgres is not supported yet).",
         "Pass a file path such as .runtime/runs.db or .runtime/index.db.",
     ),
+    Code(
+        "LEDGER_MISMATCH",
+        "run",
+        "`runtime verify`: a stored row a run's provenance ledger covers (a trace event, a "
+        "checkpoint, a variable, a pointer's original, a context pack, the ledger itself) is "
+        "not what its entry recorded, or a stored row is in no entry.",
+        "The run's record was changed after it was written: the report names the first entry.",
+    ),
+    Code(
+        "LEDGER_UNSIGNED",
+        "run",
+        "`runtime verify` with $RUNTIME_LEDGER_KEY set: a ledger entry carries no signature.",
+        "The run was written without the key; verify without it to check the chain alone.",
+    ),
+    Code(
+        "LEDGER_KEY_MISMATCH",
+        "run",
+        "`runtime verify` with $RUNTIME_LEDGER_KEY set: a ledger entry was signed with another "
+        "key (or its signature was changed).",
+    ),
+    Code(
+        "LEDGER_MISSING",
+        "run",
+        "`runtime verify`: the run has no provenance ledger (stored before the ledger existed, "
+        "or by a store opened with ledger=False).",
+    ),
     Code("ACTION_FAILED", "run", "An action raised an unexpected exception (a bug in the action)."),
     Code("TRANSFORM_FAILED", "run", "A set_variables transform cannot apply to its value."),
     Code("QUERY_EMPTY", "run", "A search has an empty query."),

@@ -46,6 +46,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "context",
         "Show what each model call of a run was shown, and what was left out.",
     ),
+    "verify": (
+        "runtime.cli.verify",
+        "verify",
+        "Check a run's record against its hash-chained provenance ledger.",
+    ),
     "inspect": ("runtime.cli.inspect", "inspect", "Show what the runtime sees in a source file."),
     "index": ("runtime.cli.index", "index", "Index source trees into the node store."),
     "search": ("runtime.cli.index", "search", "Search the node store."),

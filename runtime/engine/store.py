@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from runtime.context.pointers import index_for
+from runtime.engine import ledger as _ledger
 from runtime.engine.owner import is_gone, this_process
 from runtime.errors import RunError, StoreError, refuse_url
 from runtime.format.changes import fingerprint
+from runtime.governance.ledger import key_from_env
 
 DEFAULT_PATH = ".runtime/runs.db"
 
@@ -393,15 +395,26 @@ def default_path() -> str:
     return os.environ.get("RUNTIME_STORE") or DEFAULT_PATH
 
 
+# The provenance ledger (runtime/engine/ledger.py): written in the transactions below.
+MIGRATIONS += [("m012_provenance_ledger", _ledger.migrate)]
+
+
 class SqliteRunStore:
     """The default run store."""
 
     def __init__(
-        self, path: str | None = None, *, create: bool = True, durability: str = "normal"
+        self,
+        path: str | None = None,
+        *,
+        create: bool = True,
+        durability: str = "normal",
+        ledger: bool = True,
     ) -> None:
         """Open the store; with create=False (the reading commands) a missing file is refused.
 
         `durability` applies to runs that do not choose their own (see the module doc).
+        `ledger` False writes no provenance ledger (benchmarks; `runtime verify` then finds
+        none); the signing key is read from $RUNTIME_LEDGER_KEY once, here.
         """
         if durability not in DURABILITY:
             raise StoreError(
@@ -409,6 +422,7 @@ class SqliteRunStore:
                 code="DURABILITY_UNKNOWN",
             )
         self.durability = durability
+        self._ledger = _ledger.LedgerWriter(key_from_env()) if ledger else None
         raw = path or default_path()
         refuse_url(raw, "run store")
         self.path = str(Path(raw))
@@ -505,6 +519,7 @@ class SqliteRunStore:
         # What a resume compares part by part, and the process running the run.
         parts = json.dumps(fingerprint(pipeline))
         owner = json.dumps(this_process())
+        inputs_text = json.dumps(inputs)
 
         def fn(db: sqlite3.Connection) -> None:
             try:
@@ -528,11 +543,15 @@ class SqliteRunStore:
                 raise StoreError(f"run id {run_id!r} already exists") from exc
             # Apart from the runs row, which every checkpoint updates: a 1 MB input is
             # written here once, not again with every step.
-            db.execute("INSERT INTO run_inputs VALUES (?, ?)", (run_id, json.dumps(inputs)))
+            db.execute("INSERT INTO run_inputs VALUES (?, ?)", (run_id, inputs_text))
             if data:
                 db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", data)
             if choices is not None:
                 db.execute("INSERT INTO run_choices VALUES (?, ?)", (run_id, json.dumps(choices)))
+            if self._ledger is not None:
+                own, batch = _ledger.event_items(events or [], data)
+                first = _ledger.run_content(run_id, pipeline, now, inputs_text, batch)
+                self._ledger.append(db, run_id, [("run", first), *own])
 
         self._tx(fn, durability)
         with self._lock:
@@ -597,18 +616,40 @@ class SqliteRunStore:
                 db.executemany(
                     "INSERT OR REPLACE INTO run_threads VALUES (?, ?, ?, ?)", new_messages
                 )
-            db.execute(
+            (stored_seq,) = db.execute(
                 "INSERT INTO checkpoints (run_id, position, engine, event_seq, steps, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE"
                 " SET position = excluded.position, engine = excluded.engine,"
                 " event_seq = max(event_seq, excluded.event_seq), steps = excluded.steps,"
-                " updated_at = excluded.updated_at",
+                " updated_at = excluded.updated_at RETURNING event_seq",
                 (run_id, position, state, seq, engine.get("step_count", 0), time.time()),
-            )
+            ).fetchone()
             if data:
                 db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", data)
             # The pointers stored since the last checkpoint are the run's now (see m006).
-            db.execute("DELETE FROM run_pointers_pending WHERE run_id = ?", (run_id,))
+            made = db.execute(
+                "DELETE FROM run_pointers_pending WHERE run_id = ? RETURNING pointer_id", (run_id,)
+            ).fetchall()
+            if self._ledger is not None:
+                self._ledger.append(
+                    db,
+                    run_id,
+                    _ledger.checkpoint_items(
+                        db,
+                        run_id,
+                        events,
+                        data,
+                        position=position,
+                        state=state,
+                        event_seq=stored_seq,
+                        steps=engine.get("step_count", 0),
+                        variables=rows,
+                        removed=removed,
+                        new_steps=new_steps,
+                        new_messages=new_messages,
+                        pointers=made,
+                    ),
+                )
             if status != "running":  # a running run's row already says so (set_status)
                 db.execute("UPDATE runs SET status = ? WHERE id = ?", (status, run_id))
 
@@ -637,19 +678,19 @@ class SqliteRunStore:
         durability: str | None = None,
     ) -> None:
         """Record the end of a run."""
-        self._tx(
-            lambda db: db.execute(
+        output_text = json.dumps(output)
+        error_text = json.dumps(error) if error else None
+
+        def fn(db: sqlite3.Connection) -> None:
+            db.execute(
                 "UPDATE runs SET status = ?, output = ?, error = ?, updated_at = ? WHERE id = ?",
-                (
-                    status,
-                    json.dumps(output),
-                    json.dumps(error) if error else None,
-                    time.time(),
-                    run_id,
-                ),
-            ),
-            durability,
-        )
+                (status, output_text, error_text, time.time(), run_id),
+            )
+            if self._ledger is not None:
+                end = _ledger.end_content(status, output_text, error_text)
+                self._ledger.append(db, run_id, [("end", end)])
+
+        self._tx(fn, durability)
 
     def rewind(self, run_id: str) -> None:
         """Forget what a run stored after its last checkpoint (before resuming it).
@@ -1155,3 +1196,22 @@ class SqliteRunStore:
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+    def verify_ledger(self, run_id: str, key: bytes | None) -> _ledger.Report:
+        """Recompute a run's provenance ledger from its stored rows (`runtime verify`).
+
+        Read on a connection of its own that hands TEXT back as bytes (a changed byte never
+        fails a decode) in one snapshot; a damaged file is STORE_ERROR, no run RUN_NOT_FOUND.
+        """
+        try:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            try:
+                db.text_factory = bytes
+                if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                    raise RunError(f"no run {run_id!r} in {self.path}", code="RUN_NOT_FOUND")
+                db.execute("BEGIN")  # one snapshot of every table
+                return _ledger.verify_run(db, run_id, key)
+            finally:
+                db.close()
+        except (sqlite3.Error, RecursionError) as exc:
+            raise StoreError(f"run store {self.path}: verify: {exc} (store damaged?)") from exc
