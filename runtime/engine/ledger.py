@@ -170,29 +170,62 @@ def pack_content(seq: int, step_id: str, pack_id: str, body: str | bytes) -> dic
 
 
 class LedgerWriter:
-    """Appends a run's entries inside the store's transaction (one per store)."""
+    """Appends a run's entries inside the store's transaction (one per store).
+
+    The head of each run it wrote is remembered once its transaction committed (`settle`),
+    so a checkpoint does not read it back; a head another writer moved on is found by the
+    primary key (the insert of a taken seq fails) and read again.
+    """
 
     def __init__(self, key: bytes | None) -> None:
         self.key = key  # from $RUNTIME_LEDGER_KEY; never written anywhere
+        self._heads: dict[str, tuple[int, str]] = {}  # committed heads
+        self._pending: dict[str, tuple[int, str]] = {}  # heads of open transactions
 
     def append(self, db: sqlite3.Connection, run_id: str, items: list[tuple[str, Any]]) -> None:
         """Chain entries after the run's head; the caller's transaction commits them."""
         if not items:
             return
-        row = db.execute(
-            f"SELECT seq, hash FROM {TABLE} WHERE run_id = ? ORDER BY seq DESC LIMIT 1", (run_id,)
-        ).fetchone()
-        seq, prev = (row[0], row[1]) if row else (0, GENESIS)
+        head = self._heads.get(run_id)
+        for fresh in (False, True):
+            if head is None or fresh:
+                row = db.execute(
+                    f"SELECT seq, hash FROM {TABLE} WHERE run_id = ? ORDER BY seq DESC LIMIT 1",
+                    (run_id,),
+                ).fetchone()
+                head = (row[0], row[1]) if row else (0, GENESIS)
+            rows = self._rows(run_id, head, items)
+            try:
+                db.executemany(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            except sqlite3.IntegrityError:
+                if fresh:
+                    raise
+                continue  # another writer moved the head on: read it and chain again
+            self._pending[run_id] = (rows[-1][1], rows[-1][6])
+            return
+
+    def _rows(
+        self, run_id: str, head: tuple[int, str], items: list[tuple[str, Any]]
+    ) -> list[tuple[Any, ...]]:
+        seq, prev = head
         rows = []
         for kind, content in items:
             seq += 1
             text = canonical(content)
             digest = sha256(text)
-            head = entry_hash(prev, kind, digest, seq)
-            mac = sign(self.key, head) if self.key is not None else None
-            rows.append((run_id, seq, kind, text.decode(), digest, prev, head, mac))
-            prev = head
-        db.executemany(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            this = entry_hash(prev, kind, digest, seq)
+            mac = sign(self.key, this) if self.key is not None else None
+            rows.append((run_id, seq, kind, text.decode(), digest, prev, this, mac))
+            prev = this
+        return rows
+
+    def settle(self, run_id: str, committed: bool) -> None:
+        """After the transaction: keep the head it wrote, or forget it (rolled back)."""
+        pending = self._pending.pop(run_id, None)
+        if committed and pending is not None:
+            self._heads[run_id] = pending
+        elif not committed:
+            self._heads.pop(run_id, None)
 
 
 # --- verifying --------------------------------------------------------------------------

@@ -489,6 +489,20 @@ class SqliteRunStore:
             return result
         raise StoreError(f"run store {self.path} stayed locked")
 
+    def _ledgered_tx(
+        self, run_id: str, fn: Callable[[sqlite3.Connection], Any], durability: str | None
+    ) -> Any:
+        """A transaction that appends to a run's ledger: its head is kept only once committed."""
+        try:
+            result = self._tx(fn, durability)
+        except BaseException:
+            if self._ledger is not None:
+                self._ledger.settle(run_id, committed=False)
+            raise
+        if self._ledger is not None:
+            self._ledger.settle(run_id, committed=True)
+        return result
+
     @staticmethod
     def _migrate(db: sqlite3.Connection) -> None:
         db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL)")
@@ -553,7 +567,7 @@ class SqliteRunStore:
                 first = _ledger.run_content(run_id, pipeline, now, inputs_text, batch)
                 self._ledger.append(db, run_id, [("run", first), *own])
 
-        self._tx(fn, durability)
+        self._ledgered_tx(run_id, fn, durability)
         with self._lock:
             self._runs[run_id] = _RunMemo()
 
@@ -653,7 +667,7 @@ class SqliteRunStore:
             if status != "running":  # a running run's row already says so (set_status)
                 db.execute("UPDATE runs SET status = ? WHERE id = ?", (status, run_id))
 
-        self._tx(fn, durability)
+        self._ledgered_tx(run_id, fn, durability)
         # Only after the commit: a failed transaction leaves the memo as the store is.
         with self._lock:
             for _, name, digest, _ in rows:
@@ -690,7 +704,7 @@ class SqliteRunStore:
                 end = _ledger.end_content(status, output_text, error_text)
                 self._ledger.append(db, run_id, [("end", end)])
 
-        self._tx(fn, durability)
+        self._ledgered_tx(run_id, fn, durability)
 
     def rewind(self, run_id: str) -> None:
         """Forget what a run stored after its last checkpoint (before resuming it).

@@ -61,9 +61,13 @@ EVENT_KINDS: dict[str, str] = {
 }
 
 
+# One encoder, built once: json.dumps with options builds a new one at every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
 def canonical(value: Any) -> bytes:
     """The canonical JSON of a value: sorted keys, no spaces, ASCII."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    return _CANONICAL.encode(value).encode()
 
 
 def sha256(data: bytes | str) -> str:

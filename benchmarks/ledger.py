@@ -1,0 +1,109 @@
+"""Provenance ledger cost (issue 26): engine steps/s with the ledger on and off, and the
+ledger's cost per model call.
+
+Run: python benchmarks/ledger.py [--pairs N]
+Targets: steps that call no model, ledger on within 5% of off (steps/s, checkpoint per
+step, `normal` durability); a model call's ledger append under 1 ms (a MODEL_CALL event
+whose prompt holds 100 evidence items). Pairs alternate on/off in fresh stores and the
+median of the ratios is reported with its spread (this machine is shared and noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from engine import REG, pipeline  # noqa: E402
+
+from runtime.engine import Engine  # noqa: E402
+from runtime.engine import ledger as _ledger  # noqa: E402
+from runtime.engine.store import SqliteRunStore  # noqa: E402
+
+
+def steps_rate(store: Any, steps: int) -> float:
+    engine = Engine(pipeline(steps), registry=REG, store=store)
+    t0 = time.perf_counter()
+    result = engine.run({"n": 0, "context": "x" * 1024}, run_id=f"r{time.time_ns()}")
+    elapsed = time.perf_counter() - t0
+    assert result.status == "completed", result.error
+    return (steps + 1) / elapsed
+
+
+def model_call_event(seq: int, items: int = 100) -> dict[str, Any]:
+    """A MODEL_CALL event as call_model writes it, its prompt holding `items` evidence blocks."""
+    evidence = "\n".join(
+        f'<evidence id="node:{i}" path="src/Billing/Invoice{i}.cs">\n'
+        + f"public decimal Total{i}() => lines.Sum(l => l.Amount * {i});\n" * 4
+        + "</evidence>"
+        for i in range(items)
+    )
+    return {
+        "run_id": "m",
+        "seq": seq,
+        "type": "MODEL_CALL",
+        "step_id": "answer",
+        "ts": time.time(),
+        "attempt": 1,
+        "model": "extractive",
+        "tokens_in": 9000,
+        "tokens_out": 300,
+        "messages": [
+            {"role": "system", "content": "You answer from the evidence only."},
+            {"role": "user", "content": f"Question: how is a total computed?\n{evidence}"},
+        ],
+        "reply": "The total is the sum of the lines' amounts." * 5,
+    }
+
+
+def per_call_ms(calls: int = 200) -> tuple[float, int]:
+    """CPU time of building and appending one model call's entry inside a transaction."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqliteRunStore(f"{tmp}/runs.db")
+        writer = _ledger.LedgerWriter(None)
+        db = store._conn()
+        times = []
+        size = 0
+        for seq in range(1, calls + 1):
+            event = model_call_event(seq)
+            rows = store._event_rows("m", [event])
+            size = len(rows[0][4])
+            db.execute("BEGIN IMMEDIATE")
+            t0 = time.process_time()
+            own, batch = _ledger.event_items([event], rows)
+            writer.append(db, "m", own)
+            times.append(time.process_time() - t0)
+            db.execute("COMMIT")
+        return statistics.median(times) * 1000, size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pairs", type=int, default=9)
+    parser.add_argument("--steps", type=int, default=2000)
+    args = parser.parse_args()
+    ms, size = per_call_ms()
+    print(f"model call ledger append (100 items, {size:,} B event): {ms:.3f} ms CPU (median)")
+    ratios, on_rates, off_rates = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.pairs):
+            on = steps_rate(SqliteRunStore(f"{tmp}/on{i}.db"), args.steps)
+            off = steps_rate(SqliteRunStore(f"{tmp}/off{i}.db", ledger=False), args.steps)
+            on_rates.append(on)
+            off_rates.append(off)
+            ratios.append(on / off)
+    print(
+        f"steps/s, checkpoint per step, 1 KB state: ledger on {statistics.median(on_rates):,.0f}"
+        f", off {statistics.median(off_rates):,.0f}; on/off median {statistics.median(ratios):.3f}"
+        f" (range {min(ratios):.3f}-{max(ratios):.3f}, {args.pairs} pairs)"
+    )
+
+
+if __name__ == "__main__":
+    main()
