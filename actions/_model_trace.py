@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from runtime.contract.action import StepContext
@@ -36,5 +37,9 @@ def trace_model_call(
         messages=messages,
         # The reply's opening, for the notes of later preambles (runtime/context/fidelity.py).
         reply=(response.text or "")[:400],
+        # The whole reply's hash, for the provenance ledger (runtime/governance/ledger.py).
+        reply_sha256=hashlib.sha256(
+            (response.text or "").encode("utf-8", "surrogatepass")
+        ).hexdigest(),
         **extra,
     )

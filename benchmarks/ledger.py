@@ -20,11 +20,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from engine import REG, pipeline  # noqa: E402
+from engine import REG, pipeline
 
-from runtime.engine import Engine  # noqa: E402
-from runtime.engine import ledger as _ledger  # noqa: E402
-from runtime.engine.store import SqliteRunStore  # noqa: E402
+from runtime.engine import Engine
+from runtime.engine import ledger as _ledger
+from runtime.engine.store import SqliteRunStore
 
 
 def steps_rate(store: Any, steps: int) -> float:
@@ -76,7 +76,7 @@ def per_call_ms(calls: int = 200) -> tuple[float, int]:
             size = len(rows[0][4])
             db.execute("BEGIN IMMEDIATE")
             t0 = time.process_time()
-            own, batch = _ledger.event_items([event], rows)
+            own, _ = _ledger.event_items([event], rows)
             writer.append(db, "m", own)
             times.append(time.process_time() - t0)
             db.execute("COMMIT")

@@ -333,3 +333,26 @@ def test_a_run_killed_and_resumed_verifies_clean(folder, kill_at):
     assert after.returncode == 0, after.stdout + after.stderr
     report = json.loads(after.stdout)
     assert report["ok"] and report["entries"] > 5
+
+
+def test_a_model_call_entry_holds_the_hashes_of_the_prompt_sent_and_the_whole_reply(stored):
+    import sqlite3
+
+    from runtime.governance.ledger import content_hash, sha256
+
+    db = sqlite3.connect(stored["path"])
+    try:
+        (content,) = db.execute(
+            "SELECT content FROM run_ledger WHERE run_id = 'k' AND kind = 'model_call'"
+        ).fetchone()
+        (value,) = db.execute(
+            "SELECT value FROM run_vars WHERE run_id = 'k' AND name = 'last_model_response'"
+        ).fetchone()
+        (data,) = db.execute(
+            "SELECT data FROM events WHERE run_id = 'k' AND type = 'MODEL_CALL'"
+        ).fetchone()
+    finally:
+        db.close()
+    entry, reply, event = json.loads(content), json.loads(value), json.loads(data)
+    assert entry["reply_sha256"] == sha256(reply)
+    assert entry["prompt_sha256"] == content_hash(event["messages"])
