@@ -180,7 +180,7 @@ class LedgerWriter:
     def __init__(self, key: bytes | None) -> None:
         self.key = key  # from $RUNTIME_LEDGER_KEY; never written anywhere
         self._heads: dict[str, tuple[int, str]] = {}  # committed heads
-        self._pending: dict[str, tuple[int, str]] = {}  # heads of open transactions
+        self._pending: dict[str, tuple[int, str] | None] = {}  # heads of open transactions
 
     def append(self, db: sqlite3.Connection, run_id: str, items: list[tuple[str, Any]]) -> None:
         """Chain entries after the run's head; the caller's transaction commits them."""
@@ -201,7 +201,9 @@ class LedgerWriter:
                 if fresh:
                     raise
                 continue  # another writer moved the head on: read it and chain again
-            self._pending[run_id] = (rows[-1][1], rows[-1][6])
+            # A run's end forgets its head (a store serving many runs keeps no head per run
+            # forever); a resume after it reads the head from the table again.
+            self._pending[run_id] = None if rows[-1][2] == "end" else (rows[-1][1], rows[-1][6])
             return
 
     def _rows(
@@ -221,10 +223,11 @@ class LedgerWriter:
 
     def settle(self, run_id: str, committed: bool) -> None:
         """After the transaction: keep the head it wrote, or forget it (rolled back)."""
+        had = run_id in self._pending
         pending = self._pending.pop(run_id, None)
         if committed and pending is not None:
             self._heads[run_id] = pending
-        elif not committed:
+        elif had or not committed:
             self._heads.pop(run_id, None)
 
 

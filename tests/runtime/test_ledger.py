@@ -325,3 +325,17 @@ def test_a_failed_checkpoint_writes_no_entry(tmp_path):
         )
     assert entries(path) == before
     assert open_and_verify(path, "r", None).ok
+
+
+def test_a_store_keeps_no_head_for_a_run_that_ended_and_a_resume_chains_on(tmp_path):
+    path = str(tmp_path / "runs.db")
+    store = SqliteRunStore(path)
+    engine = Engine(PIPELINE, registry=Registry.from_classes(Talk, Stop), store=store)
+    assert engine.run({"question": "q"}, run_id="r").status == "completed"
+    assert store._ledger._heads == {}
+    # the store is told the run failed and it goes on: its entries chain after the end
+    store.set_status("r", "running")
+    event = {"run_id": "r", "seq": 1000, "type": "RUN_RESUMED", "step_id": None}
+    store.checkpoint("r", position=None, variables={}, engine={}, events=[event], status="running")
+    rows = entries(path)
+    assert rows[-2][1] == "end" and rows[-1][1] == "checkpoint" and rows[-1][4] == rows[-2][5]
