@@ -298,7 +298,7 @@ class SpanWriter:
         starts = [_start(e) for e in events if e.get("step_id") == step_id]
         if began is not None:
             starts.append(began)
-        start = max(min(starts, default=self._mark), self._mark)
+        start = min(starts, default=self._mark)
         retries = sum(1 for e in events if e["type"] == "RETRY")
         attempt = event.get("attempt") or retries + 1
         span = self._tracer.start_span(

@@ -132,12 +132,17 @@ def test_step_spans_carry_run_step_action_outcome_and_attempt(sample_index):
 
 
 def test_model_calls_follow_the_genai_conventions(sample_index):
-    _result, spans = run_code_qa(sample_index)
+    result, spans = run_code_qa(sample_index)
     chats = {
         s.attributes["step_runtime.step.id"]: s.attributes
         for s in by_name(spans)["chat extractive"]
     }
     answer = chats["answer"]
+    # The counts are the trace's MODEL_CALL events' (the run keeps its events: no store).
+    calls = {e["step_id"]: e for e in result.events if e["type"] == "MODEL_CALL"}
+    for step_id, a in chats.items():
+        assert a["gen_ai.usage.input_tokens"] == calls[step_id]["tokens_in"]
+        assert a["gen_ai.usage.output_tokens"] == calls[step_id]["tokens_out"]
     assert answer["gen_ai.operation.name"] == "chat"
     assert answer["gen_ai.provider.name"] == answer["gen_ai.system"] == "extractive"
     assert answer["gen_ai.request.model"] == answer["gen_ai.response.model"] == "extractive"
@@ -385,13 +390,13 @@ class PackStore:
         return [self.pack] if (run_id, step_id) == ("r1", self.pack["step_id"]) else []
 
 
-def feed(events: list[dict[str, Any]], services: Any = None) -> list[Any]:
+def feed(events: list[dict[str, Any]], services: Any = None, capture: bool = False) -> list[Any]:
     """The spans a SpanWriter makes of events (a one-step pipeline `ask`)."""
     provider, exporter = memory()
     pipeline = Pipeline.from_dict(
         {"name": "p", "settings": {"entry_step_id": "ask"}, "steps": [{"id": "ask", "end": True}]}
     )
-    writer = telemetry.Telemetry(provider, capture=False).writer(pipeline, services)
+    writer = telemetry.Telemetry(provider, capture=capture).writer(pipeline, services)
     for seq, e in enumerate(events, 1):
         writer({"run_id": "r1", "seq": seq, "ts": 100.0 + seq, "step_id": "ask", **e})
     return list(exporter.get_finished_spans())
@@ -424,7 +429,8 @@ def run_events(*step_events: dict[str, Any]) -> list[dict[str, Any]]:
 def test_a_context_pack_rides_on_the_first_chat_span_of_its_call():
     pack = {**PACK_EVENT, "decisions": ["scope:eshop/main/public", "policy:42"]}
     over = {"type": "PACK_BUDGET_OVER", "pack_id": pack["pack_id"], "section": "knowledge"}
-    spans = feed(run_events(pack, over, CALL, CALL))
+    decision = {"type": "CONTEXT_BUDGET_DECISION", "model": "m", "decision": "ok", "budget": 1000}
+    spans = feed(run_events(decision, pack, over, CALL, CALL))
     first, second = sorted((s for s in spans if s.name == "chat m"), key=lambda s: s.start_time)
     a = first.attributes
     assert a["step_runtime.pack.id"] == "pk_0123456789abcdef"
@@ -432,8 +438,11 @@ def test_a_context_pack_rides_on_the_first_chat_span_of_its_call():
     assert a["step_runtime.pack.section.policy.tokens"] == 100
     assert tuple(a["step_runtime.pack.decision_ids"]) == ("scope:eshop/main/public", "policy:42")
     assert (a["step_runtime.pack.items"], a["step_runtime.pack.drops"]) == (9, 2)
-    # A tool round's next call is not described by the pack again.
-    assert not any(k.startswith("step_runtime.pack.") for k in second.attributes)
+    assert a["step_runtime.context.budget"] == 1000
+    # A tool round's next call is not described by the pack or the decision again.
+    assert not any(
+        k.startswith(("step_runtime.pack.", "step_runtime.context.")) for k in second.attributes
+    )
     (step,) = [s for s in spans if s.name == "step ask"]
     (event,) = step.events
     assert event.name == "pack_budget_over"
@@ -442,11 +451,12 @@ def test_a_context_pack_rides_on_the_first_chat_span_of_its_call():
 
 def test_pack_decision_ids_are_read_from_the_stored_pack_when_the_event_has_none():
     item = {"id": "n1", "decision": "scope:eshop/main/public"}
+    others = [{"id": f"m{i}", "decision": f"policy:{i}"} for i in (7, 3, 9, 1, 5)]
     stored = {
         "pack_id": PACK_EVENT["pack_id"],
         "step_id": "ask",
         "sections": [
-            {"type": "knowledge", "items": [item, {**item, "id": "n2"}]},
+            {"type": "knowledge", "items": [item, {**item, "id": "n2"}, *others]},
             {"type": "policy", "items": [{"id": "sys", "decision": "admit:system"}]},
             {"type": "user", "items": [{"id": "q"}]},
         ],
@@ -456,6 +466,7 @@ def test_pack_decision_ids_are_read_from_the_stored_pack_when_the_event_has_none
     (chat,) = [s for s in spans if s.name == "chat m"]
     assert tuple(chat.attributes["step_runtime.pack.decision_ids"]) == (
         "admit:system",
+        *(f"policy:{i}" for i in (1, 3, 5, 7, 9)),
         "scope:eshop/main/public",
     )
     # Another pack id in the store: none found, none claimed.
@@ -510,3 +521,89 @@ def test_a_resumed_run_is_a_new_trace_that_says_where_it_resumed(tmp_path):
     second = [s.name for s in exporter.get_finished_spans() if s.parent == runs[1].context]
     assert second == ["step b"]
     assert runs[1].attributes["step_runtime.run.id"] == "r"
+
+
+def test_tool_calls_and_summary_calls_are_spans_of_their_own():
+    tool_turn = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "function": {"name": "rehydrate", "arguments": '{"pointer_id": "p"}'}}
+        ],
+    }
+    answered = {"role": "tool", "tool_call_id": "c1", "content": "the original"}
+    events = run_events(
+        {"type": "SUMMARY_MODEL_CALL", "model": "small", "tokens_in": 50, "tokens_out": 9},
+        {**CALL, "messages": [{"role": "user", "content": "q"}], "reply": ""},
+        {"type": "MODEL_TOOL_CALL", "round": 1, "tool": "rehydrate", "call_id": "c1", "tokens": 7},
+        {"type": "MODEL_TOOL_CALL", "round": 1, "tool": "nope", "call_id": "c2", "tokens": 0}
+        | {"error": "TOOL_UNKNOWN", "message": "no tool 'nope' is offered"},
+        {**CALL, "messages": [{"role": "user", "content": "q"}, tool_turn, answered]},
+    )
+    spans = feed(events, capture=True)
+    names = by_name(spans)
+    (summary,) = names["chat small"]
+    assert summary.attributes["step_runtime.model_call.purpose"] == "summary"
+    assert summary.attributes["gen_ai.usage.output_tokens"] == 9
+    (ok,) = names["execute_tool rehydrate"]
+    assert ok.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert ok.attributes["gen_ai.tool.call.id"] == "c1"
+    assert ok.status.status_code is StatusCode.UNSET
+    (refused,) = names["execute_tool nope"]
+    assert refused.attributes["error.type"] == "TOOL_UNKNOWN"
+    assert refused.status.status_code is StatusCode.ERROR
+    (step,) = names["step ask"]
+    assert {s.parent.span_id for s in spans if s is not step and s.name != "run p"} == {
+        step.context.span_id
+    }
+    second = max(names["chat m"], key=lambda s: s.start_time)
+    sent = json.loads(second.attributes["gen_ai.input.messages"])
+    assert sent[1] == {
+        "role": "assistant",
+        "parts": [
+            {
+                "type": "tool_call",
+                "id": "c1",
+                "name": "rehydrate",
+                "arguments": '{"pointer_id": "p"}',
+            }
+        ],
+    }
+    assert sent[2] == {
+        "role": "tool",
+        "parts": [{"type": "tool_call_response", "id": "c1", "response": "the original"}],
+    }
+
+
+def test_spans_keep_the_events_times_and_a_rejected_prompt_is_a_step_event():
+    reject = {"type": "CONTEXT_BUDGET_DECISION", "decision": "reject", "deficit": 12, "budget": 9}
+    call = {**CALL, "latency_ms": 500}
+    spans = by_name(feed(run_events(reject, call)))
+    # run_events' ts: RUN_STARTED 101, the decision 102, the call 103, STEP 104 (1 ms long).
+    (run,), (step,), (chat,) = spans["run p"], spans["step ask"], spans["chat m"]
+    assert (run.start_time, run.end_time) == (101 * 10**9, 105 * 10**9)
+    assert (chat.start_time, chat.end_time) == (102_500_000_000, 103 * 10**9)
+    # The step began with the earliest of its events' starts (or its last attempt's).
+    assert (step.start_time, step.end_time) == (102 * 10**9, 104 * 10**9)
+    (event,) = step.events
+    assert event.name == "context_budget_reject"
+    assert event.attributes["step_runtime.context.decision"] == "reject"
+    assert "step_runtime.context.decision" not in chat.attributes
+
+
+def test_a_step_that_failed_every_attempt_says_how_many_it_made():
+    provider, exporter = memory()
+    steps = [
+        {
+            "id": "a",
+            "action": "flaky",
+            "ok_at": 9,
+            "retry": {"max_attempts": 3},
+            "catch": {"ALL": "b"},
+        },
+        {"id": "b", "action": "noop", "end": True},
+    ]
+    assert engine(steps, provider).run().status == "completed"
+    (a,) = by_name(list(exporter.get_finished_spans()))["step a"]
+    assert a.attributes["step_runtime.step.attempt"] == 3
+    assert a.attributes["error.type"] == "MODEL_TIMEOUT"
