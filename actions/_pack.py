@@ -104,7 +104,7 @@ def record(
     if b.sections["knowledge"]["items"]:
         _retrieval_drops(ctx, b)
     pack = b.finish(messages, prompt_tokens, fidelity_mode=fidelity.get("fidelity"))
-    seq = ctx.services.packs.save_pack(ctx.run_id, pack)
+    seq = ctx.services.packs.save_pack(ctx.run_id, pack, b.body)
     event = packs.summary(pack)
     del event["step_id"]  # the event's own
     ctx.trace("CONTEXT_PACK", pack_seq=seq, **event)

@@ -68,11 +68,22 @@ def prompt_hash(messages: Sequence[Mapping[str, Any]]) -> str:
     return content_hash(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
 
 
+# Kept beside the body, not in it: the run (a column), the id (the body's hash), the number.
+OUTSIDE_BODY = frozenset({"run_id", "pack_id", "seq"})
+
+
 def canonical_bytes(pack: Mapping[str, Any]) -> bytes:
-    """The pack's canonical JSON bytes (sorted keys, no spaces, UTF-8): what a ledger hashes."""
-    return json.dumps(pack, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+    """The pack's body: canonical JSON (sorted keys, no spaces, UTF-8) of all but its run id,
+    pack id and number. What the store keeps and a ledger hashes; the pack id is its hash."""
+    body = {k: v for k, v in pack.items() if k not in OUTSIDE_BODY}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
         "utf-8", "surrogatepass"
     )
+
+
+def pack_id_of(body: bytes) -> str:
+    """`pk_` and the first 16 hex digits of the body's sha256."""
+    return "pk_" + hashlib.sha256(body).hexdigest()[:16]
 
 
 def summary(pack: Mapping[str, Any]) -> dict[str, Any]:
@@ -179,6 +190,7 @@ class PackBuilder:
         self.drops_omitted = 0
         self.outside = 0  # section tokens sent outside the messages (tool specs)
         self.removed = 0  # tokens the call's own reductions removed (measured)
+        self.body = b""  # the finished pack's canonical bytes
         self.accounted = 0  # ...of which the drop report names
 
     def reason(self, kind: str, reason: str) -> None:
@@ -197,7 +209,12 @@ class PackBuilder:
             self.items_omitted += 1
             return
         self.items += 1
-        section["items"].append({**item, "tokens": tokens})
+        kept = {**item, "tokens": tokens}
+        for key in ("id", "reason"):  # a hostile node id (also in a reason) stays short
+            value = kept.get(key)
+            if type(value) is str and len(value) > MAX_FIELD:
+                kept[key] = clip(value)
+        section["items"].append(kept)
 
     def drop(self, item_id: str, reason: str, tokens_saved: int | None, **detail: Any) -> None:
         """Something considered and not sent, or sent shortened."""
@@ -259,9 +276,9 @@ class PackBuilder:
         }
         pack["adherence"] = adherence(pack)
         # Content-addressed without the run id: the same context gives the same pack id in
-        # every run (a replay's packs match its recording's).
-        same = canonical_bytes({k: v for k, v in pack.items() if k != "run_id"})
-        pack["pack_id"] = "pk_" + hashlib.sha256(same).hexdigest()[:16]
+        # every run (a replay's packs match its recording's). The body is kept for the store.
+        self.body = canonical_bytes(pack)
+        pack["pack_id"] = pack_id_of(self.body)
         return pack
 
 
@@ -271,10 +288,13 @@ class MemoryPackStore:
     def __init__(self) -> None:
         self._packs: dict[str, list[dict[str, Any]]] = {}
 
-    def save_pack(self, run_id: str, pack: Mapping[str, Any]) -> int:
-        """Store a pack; its sequence number in the run (1, 2, ...)."""
+    def save_pack(self, run_id: str, pack: Mapping[str, Any], body: bytes | None = None) -> int:
+        """Store a pack (`body`: its canonical bytes, when known); its number in the run."""
         packs = self._packs.setdefault(run_id, [])
-        packs.append({**json.loads(canonical_bytes(pack)), "seq": len(packs) + 1})
+        stored = json.loads(body if body is not None else canonical_bytes(pack))
+        packs.append(
+            {**stored, "run_id": run_id, "pack_id": pack["pack_id"], "seq": len(packs) + 1}
+        )
         return len(packs)
 
     def packs(self, run_id: str, step_id: str | None = None) -> list[dict[str, Any]]:

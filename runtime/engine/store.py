@@ -362,7 +362,8 @@ MIGRATIONS += [("m009_pipeline_parts", _m9_pipeline_parts), ("m010_run_owner", _
 def _m11_context_packs(db: sqlite3.Connection) -> None:
     """One context pack per model call (runtime/context/packs.py), in call order per run.
 
-    `body` is the pack's canonical JSON (packs.canonical_bytes), what a ledger hashes.
+    `body` is the pack's canonical JSON without its run id and pack id (packs.canonical_bytes),
+    what a ledger hashes; `pack_id` is `pk_` and the first 16 hex digits of its sha256.
     """
     db.execute(
         "CREATE TABLE run_context_packs (run_id TEXT NOT NULL, seq INTEGER NOT NULL,"
@@ -1097,11 +1098,16 @@ class SqliteRunStore:
 
     # --- context packs (runtime/context/packs.py) --------------------------------
 
-    def save_pack(self, run_id: str, pack: Mapping[str, Any]) -> int:
-        """Store a model call's pack after the run's others; its sequence number (1, 2, ...)."""
+    def save_pack(self, run_id: str, pack: Mapping[str, Any], body: bytes | None = None) -> int:
+        """Store a model call's pack after the run's others; its sequence number (1, 2, ...).
+
+        `body`: the pack's canonical bytes when the caller has them (packs.canonical_bytes).
+        """
         from runtime.context.packs import canonical_bytes
 
-        body = canonical_bytes(pack).decode("utf-8", "surrogatepass")
+        text = (body if body is not None else canonical_bytes(pack)).decode(
+            "utf-8", "surrogatepass"
+        )
 
         def fn(db: sqlite3.Connection) -> int:
             (last,) = db.execute(
@@ -1109,7 +1115,7 @@ class SqliteRunStore:
             ).fetchone()
             db.execute(
                 "INSERT INTO run_context_packs VALUES (?, ?, ?, ?, ?)",
-                (run_id, last + 1, str(pack.get("step_id")), str(pack.get("pack_id")), body),
+                (run_id, last + 1, str(pack.get("step_id")), str(pack.get("pack_id")), text),
             )
             return int(last) + 1
 
@@ -1118,7 +1124,7 @@ class SqliteRunStore:
     @_reader
     def packs(self, run_id: str, step_id: str | None = None) -> list[dict[str, Any]]:
         """A run's packs in call order (one step's with step_id), each with its `seq`."""
-        sql = "SELECT seq, body FROM run_context_packs WHERE run_id = ?"
+        sql = "SELECT seq, pack_id, body FROM run_context_packs WHERE run_id = ?"
         args: tuple[Any, ...] = (run_id,)
         if step_id is not None:
             sql, args = sql + " AND step_id = ?", (run_id, step_id)
@@ -1128,14 +1134,14 @@ class SqliteRunStore:
                 raise RunError(f"no run {run_id!r} in {self.path}", code="RUN_NOT_FOUND")
             rows = db.execute(sql + " ORDER BY seq", args).fetchall()
         out = []
-        for seq, body in rows:
+        for seq, pack_id, body in rows:
             try:
                 pack = json.loads(body)
             except (TypeError, ValueError, RecursionError) as exc:
                 raise self._damaged(f"pack {seq} of run {run_id}", f"not JSON ({exc})") from exc
             if not isinstance(pack, dict):
                 raise self._damaged(f"pack {seq} of run {run_id}", "not an object")
-            out.append({**pack, "seq": seq})
+            out.append({**pack, "run_id": run_id, "pack_id": pack_id, "seq": seq})
         return out
 
     @staticmethod

@@ -134,6 +134,8 @@ def test_packs_are_stored_with_the_run_in_call_order(tmp_path):
     # The row is the pack's canonical bytes: what a ledger hashes.
     pack = {k: v for k, v in stored[0].items() if k != "seq"}
     assert raw.encode() == packs.canonical_bytes(pack)
+    # The pack id is the body's hash: anyone holding the row can check it.
+    assert pack["pack_id"] == packs.pack_id_of(raw.encode()) == r.packs[0]["pack_id"]
 
 
 @pytest.mark.parametrize(
