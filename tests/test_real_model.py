@@ -59,6 +59,8 @@ def llama(tmp_path_factory):
                 str(port),
                 "-c",
                 "8192",
+                "-t",
+                "1",  # two threads wait on each other at every token on a busy machine
                 "--no-repack",
             ],
             stdout=out,
@@ -127,7 +129,7 @@ def exec_args(work: Path, url: str, question: str, run_id: str) -> list[str]:
     ]
 
 
-def trace(work: Path, run_id: str) -> list[dict]:
+def trace(work: Path, run_id: str, *, check: bool = True) -> list[dict]:
     done = subprocess.run(
         [
             sys.executable,
@@ -143,9 +145,9 @@ def trace(work: Path, run_id: str) -> list[dict]:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        check=True,
+        check=check,
     )
-    return [json.loads(x) for x in done.stdout.splitlines()]
+    return [json.loads(x) for x in done.stdout.splitlines()] if done.returncode == 0 else []
 
 
 @pytest.mark.parametrize(
@@ -189,7 +191,7 @@ def test_a_killed_run_resumes_on_the_same_model(llama, work):
     )
     # Kill it once its first model call is on the wire (the route step), whenever that is.
     for _ in range(600):
-        events = trace(work, "killed") if (work / "runs.db").exists() else []
+        events = trace(work, "killed", check=False)  # not stored yet: RUN_NOT_FOUND
         if any(e["type"] == "STEP" and e["step_id"] == "route" for e in events):
             break
         time.sleep(0.5)

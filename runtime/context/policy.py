@@ -317,6 +317,10 @@ class NoStore:
         """Nothing is kept."""
         return ""
 
+    def original_size(self, run_id: str, pointer_id: str) -> int | None:
+        """Nothing is kept."""
+        return None
+
 
 def point(
     seg: Segment,

@@ -421,15 +421,16 @@ def _measure(
     fixed = sum(count(t) for t in envelope.fixed) + envelope.overhead_tokens
     parts = []
     for slot, bound in zip(envelope.slots, slot_bounds, strict=True):
-        keep = {"summarisable": getattr(slot, "summarizable", True)}
+        keep = bool(getattr(slot, "summarizable", True))
         if bound is None:
             why = f"{slot.variable}: an undeclared input or set at run time, unbounded"
-            parts.append(Part(slot.label, slot.variable, None, why, **keep))
+            parts.append(Part(slot.label, slot.variable, None, why, summarisable=keep))
         elif bound.tokens is None:
-            parts.append(Part(slot.label, slot.variable, None, bound.why, **keep))
+            parts.append(Part(slot.label, slot.variable, None, bound.why, summarisable=keep))
         else:
             extra = count(slot.wrapper) if slot.wrapper else 0
-            parts.append(Part(slot.label, slot.variable, bound.tokens + extra, bound.why, **keep))
+            tokens = bound.tokens + extra
+            parts.append(Part(slot.label, slot.variable, tokens, bound.why, summarisable=keep))
     parts += [Part(label, "", None, "no static bound") for label in envelope.unbounded]
     parts += fidelity
     return StepBudget(
