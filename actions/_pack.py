@@ -51,6 +51,10 @@ def record(
     summarised = {s["id"]: s for s in budget.get("summarised") or ()}
     thread_turns = int(fidelity.get("thread_messages") or 0)
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    # The turns the thread's compaction put behind pointers, by message index.
+    compacted: dict[int, list[str]] = {}
+    for e in (budget.get("compaction") or {}).get("map") or ():
+        compacted.setdefault(int(e["index"]), []).append(e["pointer_id"])
     # A `full` step sends its thread's turns, then its own messages (system prompt first).
     own_start = thread_turns if fidelity.get("fidelity") == "full" else 0
     for i, m in enumerate(messages):
@@ -72,10 +76,13 @@ def record(
                 + (f"thread {fidelity.get('thread_id')}" if kind == "fidelity" else "the history"),
                 "content_hash": packs.content_hash(content),
             }
+            refs = compacted.get(i, [])
             if hits:
-                item["summary_ref"] = [s["pointer_id"] for s in hits]
+                refs = refs + [s["pointer_id"] for s in hits]
                 for s in hits:
                     _summarised_drop(b, s)
+            if refs:
+                item["summary_ref"] = refs
             b.add(kind, count(content), item=item)
             b.reason(
                 kind,

@@ -279,3 +279,75 @@ def test_code_qa_drop_report_lists_the_fetch_budget_skips(tmp_path, sample_index
     drops = {d["id"]: d for d in answer["drops"]["items"] if d["reason"] == "budget_skip"}
     assert set(drops) == {c["id"] for c in skipped}
     assert all(drops[c["id"]]["tokens_saved"] == c["cost"] for c in skipped)
+
+
+LONG = "".join(f"line {i}: the draft changes parse_port to check its range.\n" for i in range(120))
+
+
+def test_a_full_threads_turns_are_the_fidelity_section_and_its_compaction_is_dropped(
+    tmp_path, chat_server
+):
+    # draft's long reply is the thread turn review's call compacts (trace_threshold_tokens).
+    chat_server.script = [{"reply": LONG}, {"reply": "Looks right."}]
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "sys.md").write_text("You improve the draft.\n")
+    model = {"provider": "openai", "model": "m", "base_url": chat_server.url}
+    ask = {"action": "call_model", "prompt_key": "sys", "model": "m1", "max_output_tokens": 50}
+    data = {
+        "settings": {
+            "entry_step_id": "draft",
+            "models": {"m1": {**model, "context_window": 16000}},
+            "context_policy": {"enabled": True, "trace_threshold_tokens": 300},
+        },
+        "steps": [
+            {"id": "draft", **ask, "fidelity": "full", "next": "review"},
+            {"id": "review", **ask, "fidelity": "full", "next": "f"},
+            {"id": "f", "action": "finalize", "source": "last_model_response"},
+        ],
+    }
+    p = Pipeline.from_dict(data, file=str(tmp_path / "p.yaml"))
+    r = Engine(p, services=Services(settings=p.settings, base_dir=str(tmp_path))).run(
+        {}, run_id="t"
+    )
+    assert r.status == "completed", r.error
+    review = r.packs[-1]
+    [compacted] = events(r, "THREAD_COMPACTED")
+    [entry] = compacted["map"]
+    # The thread's two turns (draft's system prompt and reply), then review's own prompt.
+    thread = section(review, "fidelity")["items"]
+    assert [i["id"] for i in thread] == ["system[0]", "assistant[1]"]
+    assert all(i["source"] == "thread" for i in thread)
+    assert thread[1]["summary_ref"] == [entry["pointer_id"]]
+    assert section(review, "policy")["items"][0]["id"] == "prompt:sys"
+    [drop] = [d for d in review["drops"]["items"] if d["reason"] == "compaction"]
+    assert drop["pointer_id"] == entry["pointer_id"]
+    assert drop["tokens_saved"] == entry["tokens_before"] - entry["tokens_after"] > 500
+    saved = compacted["tokens_before"] - compacted["tokens_after"]
+    assert review["drops"]["tokens_removed"] == saved
+    packs.assert_coverage(review)
+    # Without the compaction's entries the report would cover nothing of what was removed.
+    broken = {**review, "drops": {**review["drops"], "tokens_accounted": 0, "coverage": 0.0}}
+    with pytest.raises(packs.PackCoverageError, match="PACK_COVERAGE_LOW"):
+        packs.assert_coverage(broken)
+
+
+def test_the_embedding_api_returns_the_packs_with_the_result(tmp_path):
+    import runtime
+
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "sys.md").write_text("Answer.\n")
+    (tmp_path / "p.yaml").write_text(
+        "settings:\n"
+        "  entry_step_id: ask\n"
+        "  models: {small: {provider: extractive, context_window: 2048}}\n"
+        "steps:\n"
+        "  - {id: ask, action: call_model, prompt_key: sys, model: small,\n"
+        "     user_parts: {q: {source: question}}, next: f}\n"
+        "  - {id: f, action: finalize, source: last_model_response}\n"
+    )
+    pipeline = runtime.load(str(tmp_path / "p.yaml"))
+    result = runtime.Runner(pipeline, store=runtime.SqliteRunStore(str(tmp_path / "r.db"))).run(
+        {"question": "what?"}, run_id="e"
+    )
+    assert [p["step_id"] for p in result.packs] == ["ask"]
+    assert "packs" not in result.to_dict()  # the --json contract is unchanged
