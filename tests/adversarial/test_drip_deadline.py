@@ -95,7 +95,11 @@ class DripServer:
         with conn:
             request = b""
             while b"\r\n\r\n" not in request:
-                request += conn.recv(65536)
+                piece = conn.recv(65536)
+                if not piece:  # the client gave up before its request was whole (a busy
+                    self.hung_up.release()  # machine: the deadline came first); not a spin
+                    return
+                request += piece
             first, drip, last = self._parts()
             waited = 0.0
             try:
