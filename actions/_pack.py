@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from runtime.context import packs
-from runtime.context.blocks import HEADER, as_evidence, block_id, split_blocks
+from runtime.context.blocks import HEADER, as_evidence, block_id, split_block, split_blocks
 from runtime.contract.action import StepContext
 
 # search_nodes' modes as the pack's retriever kinds.
@@ -209,16 +209,17 @@ def _user_parts(
             evidence += [(f"{sid}[{j}]", blk) for j, blk in enumerate(blocks)]
             continue
         text = render(value)
-        tokens = count(text)
+        s = summarised.get(sid)
+        # Sent summarised: its pointer block (the original is not counted again: it may be
+        # megabytes, and the policy's tokens_before may be a lower bound).
+        tokens = s["tokens_after"] if s is not None else count(text)
         item: dict[str, Any] = {
             "id": sid,
             "source": f"variable {source}",
             "reason": f"user part {name!r} reads {source}",
             "content_hash": _hash(text),
         }
-        s = summarised.get(sid)
         if s is not None:
-            tokens -= s["tokens_before"] - s["tokens_after"]
             item["summary_ref"] = s["pointer_id"]
             _summarised_drop(b, s)
         kind = "user" if source == "question" or source in ctx.inputs else "task"
@@ -277,7 +278,9 @@ def _knowledge(
     for sid, blk in evidence:
         node = block_id(blk)
         nid = node or sid
-        tokens = count(blk)
+        s = summarised.get(sid)
+        # Sent summarised: its header and the pointer block its text went behind.
+        tokens = count(split_block(blk)[0]) + s["tokens_after"] if s is not None else count(blk)
         item: dict[str, Any] = {"id": nid, "content_hash": _hash(blk)}
         if node is None:  # a string between the blocks (a divider a step added)
             item.update(source="assembly", score=None, reason="text between evidence blocks")
@@ -306,9 +309,7 @@ def _knowledge(
             # None: not read back (a node no search or expansion of this run returned).
             item["labels"] = labels.get(nid) if nid in hits or nid in expanded else None
             item["decision"] = f"scope:{scope}"
-        s = summarised.get(sid)
         if s is not None:
-            tokens -= s["tokens_before"] - s["tokens_after"]
             item["summary_ref"] = s["pointer_id"]
             _summarised_drop(b, s, node=nid)
         if "\ncompact: true\n" in blk.split("\ntext:\n", 1)[0] + "\n":
@@ -390,6 +391,8 @@ def _summarised_drop(b: packs.PackBuilder, s: Mapping[str, Any], node: str | Non
         pointer_id=s["pointer_id"],
         node=node,
         kind=s.get("kind"),
+        # False: the original was not counted whole (too big), tokens_saved is a lower bound.
+        exact=s.get("tokens_before_exact", True),
     )
 
 

@@ -109,6 +109,9 @@ def test_a_summarised_part_is_a_drop_with_its_pointer_and_the_report_covers_the_
     assert drop["tokens_saved"] == summary["tokens_before"] - summary["tokens_after"] > 1000
     [doc] = [i for i in section(pack, "user")["items"] if i["id"] == "user_parts.doc"]
     assert doc["summary_ref"] == pointer
+    # The part counts as sent: its pointer block, not the document.
+    assert doc["tokens"] == summary["tokens_after"]
+    assert 0 <= pack["tokens"]["framing"] < 40
     # What was removed is what the report names.
     removed = decision["original_tokens"] - decision["prompt_tokens"]
     assert pack["drops"]["tokens_removed"] == removed
@@ -260,6 +263,12 @@ def test_code_qa_packs_name_every_evidence_block_with_source_score_and_reason(co
     assert sum(i["tokens"] for i in knowledge["items"]) == knowledge["tokens"]
     assert section(answer, "tools")["items"][0]["id"] == "tool:rehydrate"
     assert store.packs("qa", "answer") == [answer]
+    # What search folded into a hit, and the expansion's cap, are in the drop report.
+    drops = answer["drops"]["items"]
+    folded = {c for h in r.state["retrieval_hits"] for c in h.get("children") or ()}
+    assert folded and {d["id"] for d in drops if d["reason"] == "duplicate"} == folded
+    capped = [d for d in drops if d["reason"] == "per_item_cap"]
+    assert len(capped) == (1 if r.state["graph_debug"].get("truncated") else 0)
     for pack in r.packs:
         packs.assert_coverage(pack)
 
@@ -351,3 +360,32 @@ def test_the_embedding_api_returns_the_packs_with_the_result(tmp_path):
     )
     assert [p["step_id"] for p in result.packs] == ["ask"]
     assert "packs" not in result.to_dict()  # the --json contract is unchanged
+
+
+def test_a_summarised_evidence_block_keeps_its_node_and_counts_as_sent(tmp_path):
+    blocks = [f"--- NODE ---\nid: n{i}\ntext:\n{DOC[: 6000 + i]}" for i in range(3)]
+    r, _ = run(
+        tmp_path,
+        {
+            "user_parts": {"q": {"source": "question"}, "e": {"source": "blocks"}},
+            "max_output_tokens": 256,
+        },
+        {"question": "which fox?", "blocks": blocks},
+        settings={"context_policy": {"enabled": True}},
+    )
+    assert r.status == "completed", r.error
+    [pack] = r.packs
+    [decision] = events(r, "CONTEXT_BUDGET_DECISION")
+    summaries = {s["id"]: s for s in decision["summaries"]}
+    assert summaries
+    items = {i["id"]: i for i in section(pack, "knowledge")["items"]}
+    assert set(items) == {"n0", "n1", "n2"}
+    for sid, s in summaries.items():
+        j = int(sid.rsplit("[", 1)[1][:-1])
+        item = items[f"n{j}"]
+        assert item["summary_ref"] == s["pointer_id"]
+        assert s["tokens_after"] < item["tokens"] < s["tokens_after"] + 20  # with its header
+        [drop] = [d for d in pack["drops"]["items"] if d.get("pointer_id") == s["pointer_id"]]
+        assert (drop["reason"], drop["node"]) == ("summarisation", f"n{j}")
+    assert 0 <= pack["tokens"]["framing"] < 60
+    packs.assert_coverage(pack)
