@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from runtime.context.pointers import index_for
+from runtime.engine import blobs as _blobs
 from runtime.engine import ledger as _ledger
 from runtime.engine.owner import is_gone, this_process
 from runtime.errors import RunError, StoreError, refuse_url
@@ -400,6 +401,55 @@ def default_path() -> str:
 MIGRATIONS += [("m012_provenance_ledger", _ledger.migrate)]
 
 
+def _m13_blobs(db: sqlite3.Connection) -> None:
+    """Large strings of inputs and variables stored once, by content (runtime/engine/blobs.py).
+
+    Their text goes into the originals' checksummed chunks (shared with pointers: the same
+    sha256 is one copy); `run_blobs` says which row references which, so a variable's old
+    value is dropped when nothing references it any more. Rows stored before keep their JSON.
+    """
+    db.execute(
+        "CREATE TABLE run_blobs (run_id TEXT NOT NULL, row TEXT NOT NULL, sha256 TEXT NOT NULL,"
+        " PRIMARY KEY (run_id, row, sha256)) WITHOUT ROWID"
+    )
+    db.execute("CREATE INDEX run_blobs_sha ON run_blobs (sha256)")
+    db.execute("CREATE INDEX IF NOT EXISTS run_pointers_sha ON run_pointers (sha256)")
+
+
+MIGRATIONS += [("m013_blobs", _m13_blobs)]
+
+
+def _put_blobs(db: sqlite3.Connection, run_id: str, row: str, found: Mapping[str, str]) -> None:
+    """A row's large strings (sha256 -> text), each written once, and the row's references.
+
+    The references the row held before are replaced; a text nothing references any more
+    (no row, no pointer) is deleted.
+    """
+    old = {
+        s
+        for (s,) in db.execute(
+            "SELECT sha256 FROM run_blobs WHERE run_id = ? AND row = ?", (run_id, row)
+        )
+    }
+    for sha, text in found.items():
+        if db.execute("SELECT 1 FROM originals WHERE sha256 = ?", (sha,)).fetchone() is None:
+            _write_text(db, sha, text)
+    db.execute("DELETE FROM run_blobs WHERE run_id = ? AND row = ?", (run_id, row))
+    db.executemany(
+        "INSERT INTO run_blobs (run_id, row, sha256) VALUES (?, ?, ?)",
+        [(run_id, row, sha) for sha in found],
+    )
+    for sha in old - set(found):
+        if not db.execute(
+            "SELECT 1 FROM run_blobs WHERE sha256 = ? UNION ALL"
+            " SELECT 1 FROM run_pointers WHERE sha256 = ? LIMIT 1",
+            (sha, sha),
+        ).fetchone():
+            db.execute("DELETE FROM original_chunks WHERE sha256 = ?", (sha,))
+            db.execute("DELETE FROM original_index WHERE sha256 = ?", (sha,))
+            db.execute("DELETE FROM originals WHERE sha256 = ?", (sha,))
+
+
 class SqliteRunStore:
     """The default run store."""
 
@@ -534,7 +584,8 @@ class SqliteRunStore:
         # What a resume compares part by part, and the process running the run.
         parts = json.dumps(fingerprint(pipeline))
         owner = json.dumps(this_process())
-        inputs_text = json.dumps(inputs)
+        # Large strings stored once by content, not in the row's JSON (blobs.py, m013).
+        inputs_text, input_blobs = _blobs.dumps(inputs)
 
         def fn(db: sqlite3.Connection) -> None:
             try:
@@ -559,6 +610,8 @@ class SqliteRunStore:
             # Apart from the runs row, which every checkpoint updates: a 1 MB input is
             # written here once, not again with every step.
             db.execute("INSERT INTO run_inputs VALUES (?, ?)", (run_id, inputs_text))
+            if input_blobs:
+                _put_blobs(db, run_id, "inputs", input_blobs)
             if data:
                 db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", data)
             if choices is not None:
@@ -594,6 +647,7 @@ class SqliteRunStore:
         memo = self._memo(run_id)
         known = memo.hashes
         rows: list[tuple[str, str, str, str]] = []
+        blobs: dict[str, dict[str, str]] = {}  # variable -> its large strings (blobs.py)
         removed: list[tuple[str, str]] = []
         names = variables.keys() if changed is None else changed
         for name in names:
@@ -601,10 +655,12 @@ class SqliteRunStore:
                 if name in known:
                     removed.append((run_id, name))
                 continue
-            text = json.dumps(variables[name], sort_keys=True)
+            text, found = _blobs.dumps(variables[name], sort_keys=True)
             digest = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
             if known.get(name) != digest:
                 rows.append((run_id, name, digest, text))
+                if found:
+                    blobs[name] = found
         if changed is None:  # a full pass also finds variables removed since the last one
             removed.extend((run_id, n) for n in known if n not in variables)
         trace = engine.get("step_trace", ())
@@ -625,6 +681,17 @@ class SqliteRunStore:
                 db.executemany("INSERT OR REPLACE INTO run_vars VALUES (?, ?, ?, ?)", rows)
             if removed:
                 db.executemany("DELETE FROM run_vars WHERE run_id = ? AND name = ?", removed)
+            for name in [r[1] for r in rows] + [n for _, n in removed]:
+                # Its large strings, and those of the value it replaces dropped when unused.
+                found = blobs.get(name)
+                if (
+                    found
+                    or db.execute(
+                        "SELECT 1 FROM run_blobs WHERE run_id = ? AND row = ? LIMIT 1",
+                        (run_id, "var " + name),
+                    ).fetchone()
+                ):
+                    _put_blobs(db, run_id, "var " + name, found or {})
             if new_steps:
                 db.executemany("INSERT OR REPLACE INTO run_steps VALUES (?, ?, ?)", new_steps)
             if new_messages:
@@ -812,10 +879,17 @@ class SqliteRunStore:
         ).fetchone()
         variables: dict[str, Any] = {}
         hashes: dict[str, str] = {}
+        read: dict[tuple[str, int], str] = {}  # an input and a variable share one string
+
+        def blob(sha: str, chars: int) -> str:
+            if (sha, chars) not in read:
+                read[sha, chars] = self._blob(sha, chars)
+            return read[sha, chars]
+
         for name, digest, value in db.execute(
             "SELECT name, hash, value FROM run_vars WHERE run_id = ? ORDER BY rowid", (run_id,)
         ):
-            variables[name] = json.loads(value)
+            variables[name] = _blobs.loads(value, blob)
             hashes[name] = digest
         steps = [
             s
@@ -828,7 +902,7 @@ class SqliteRunStore:
             self._runs[run_id] = _RunMemo(
                 hashes, len(steps), {t: len(m) for t, m in threads.items()}
             )
-        inputs = json.loads(row[2]) if row[2] is not None else {}
+        inputs = _blobs.loads(row[2], blob) if row[2] is not None else {}
         if cp is None:  # crashed before the first checkpoint: start over from the entry
             (seq,) = db.execute(  # the events stored with the run (RUN_STARTED)
                 "SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?", (run_id,)
@@ -921,15 +995,27 @@ class SqliteRunStore:
     def put_original(self, run_id: str, pointer_id: str, sha256: str, kind: str, text: str) -> None:
         """Store an original once (by sha256), with its offset index, and the run's pointer."""
         with self._reading():
-            known = (
+            known, unindexed = (
                 self._conn()
-                .execute("SELECT 1 FROM originals WHERE sha256 = ?", (sha256,))
+                .execute(
+                    "SELECT EXISTS (SELECT 1 FROM originals WHERE sha256 = ?),"
+                    " NOT EXISTS (SELECT 1 FROM original_index WHERE sha256 = ?)"
+                    " AND EXISTS (SELECT 1 FROM run_blobs WHERE sha256 = ?)",
+                    (sha256, sha256, sha256),
+                )
                 .fetchone()
             )
-        index = None if known else index_for(kind, text)  # built outside the write lock
+        # Built outside the write lock; also for a text stored as an input or variable's
+        # value (m013), which was stored without one.
+        index = index_for(kind, text) if not known or unindexed else None
 
         def fn(db: sqlite3.Connection) -> None:
-            if not known:
+            # Checked again under the lock: a stored value's text nothing referenced may
+            # have been dropped since (m013).
+            if (
+                not known
+                or not db.execute("SELECT 1 FROM originals WHERE sha256 = ?", (sha256,)).fetchone()
+            ):
                 _write_text(db, sha256, text)
             if index is not None:
                 self._write_index(db, sha256, index)
@@ -1013,6 +1099,35 @@ class SqliteRunStore:
                 yield text
         if expected != last + 1:
             raise self._damaged(pointer_id, f"chunk {expected} of its original is missing")
+
+    def _blob(self, sha: str, chars: int) -> str:
+        """A large string of an input or variable (blobs.py), checked against its sha256."""
+        what = f"stored value {sha[:16]}"
+        with self._reading():
+            head = (
+                self._conn()
+                .execute("SELECT chars, chunks, crc FROM originals WHERE sha256 = ?", (sha,))
+                .fetchone()
+            )
+        if head is None:
+            raise self._damaged(what, "its text is missing")
+        if (
+            head[0] != chars
+            or head[2] != _head_crc(sha, chars, head[1])
+            or head[1] != -(-chars // CHUNK)
+        ):
+            raise self._damaged(what, "its row fails its checksum")
+        digest = hashlib.sha256()
+        parts = []
+        for piece in self._chunks(what, sha, 0, head[1] - 1, head[1]):
+            digest.update(piece.encode("utf-8", "surrogatepass"))
+            parts.append(piece)
+        if digest.hexdigest() != sha:
+            raise self._damaged(what, "its text is not the text stored")
+        text = "".join(parts)
+        if len(text) != chars:
+            raise self._damaged(what, "its text is not the text stored")
+        return text
 
     @_reader
     def get_original(self, run_id: str, pointer_id: str) -> tuple[str, str] | None:

@@ -78,6 +78,7 @@ def test_a_checkpoint_appends_one_step_and_never_rewrites_the_inputs(tmp_path):
     record(conn, "run_steps", "INSERT", "new.n || ':' || new.step_id")
     record(conn, "checkpoints", "UPDATE", "new.engine")
     record(conn, "run_inputs", "INSERT", "length(new.inputs)")
+    record(conn, "original_chunks", "INSERT", "new.n")
     record(conn, "runs", "UPDATE", "new.status")
     big = "x" * 200_000
     result = Engine(ticks(), registry=REG, store=store).run({"big": big}, run_id="r")
@@ -93,8 +94,11 @@ def test_a_checkpoint_appends_one_step_and_never_rewrites_the_inputs(tmp_path):
         "arrival": {"from": "s", "attrs": {}},  # the transition taken last (ctx.arrival)
     }
     assert len(engine_records[5]) == len(engine_records[-2]) - 1  # 6 vs 40: one digit more
-    # the inputs are written once, apart from the run row, which only its end updates
-    assert seen(conn, "run_inputs") == [len(json.dumps({"big": big}))]
+    # the inputs are written once, apart from the run row, which only its end updates;
+    # their large string once, by content, in chunks (the row and the variable refer to it)
+    [inputs_row] = seen(conn, "run_inputs")
+    assert inputs_row < 200
+    assert seen(conn, "original_chunks") == list(range(-(-len(big) // 16_384)))
     assert seen(conn, "runs") == ["completed", "completed"]  # last checkpoint, finish
     assert [r["steps"] for r in store.runs()] == [41]
     assert "inputs" not in [c[1] for c in conn.execute("PRAGMA table_info(runs)")]
