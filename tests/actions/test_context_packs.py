@@ -389,3 +389,24 @@ def test_a_summarised_evidence_block_keeps_its_node_and_counts_as_sent(tmp_path)
         assert (drop["reason"], drop["node"]) == ("summarisation", f"n{j}")
     assert 0 <= pack["tokens"]["framing"] < 60
     packs.assert_coverage(pack)
+
+
+def test_conversation_history_turns_are_the_history_section(tmp_path):
+    turns = [
+        {"role": "user", "content": "Where is the port parsed?"},
+        {"role": "assistant", "content": "In parse_port, config.py."},
+    ]
+    r, _ = run(
+        tmp_path,
+        {"user_parts": {"q": {"source": "question"}}, "use_history": True},
+        {"question": "and checked?", "conversation_history": turns},
+    )
+    assert r.status == "completed", r.error
+    [pack] = r.packs
+    history = section(pack, "history")
+    assert [(i["id"], i["source"]) for i in history["items"]] == [
+        ("user[1]", "history"),
+        ("assistant[2]", "history"),
+    ]
+    assert history["tokens"] == sum(i["tokens"] for i in history["items"]) > 10
+    assert section(pack, "fidelity")["items"][0]["id"] == "preamble"
