@@ -69,7 +69,7 @@ def record(
                 kind = "tools"
             sid = f"{m['role']}[{i}]"
             hits = [s for k, s in summarised.items() if k == sid or k.startswith(sid + ".")]
-            item = {
+            item: dict[str, Any] = {
                 "id": sid,
                 "source": "thread" if kind == "fidelity" else "history",
                 "reason": f"a {m['role']} turn of "
@@ -272,7 +272,8 @@ def _knowledge(
     query = packs.clip(scrub(query)) if isinstance(query, str) else None
     # Labels are read back for retrieved nodes only (a block a step assembled may name a
     # node of no index the run has).
-    retrieved = [n for n in (block_id(blk) for _, blk in evidence) if n in hits or n in expanded]
+    ids = [block_id(blk) for _, blk in evidence]
+    retrieved = [n for n in ids if n is not None and (n in hits or n in expanded)]
     scope, filters, labels = _scope(ctx, retrieved)
     seen: set[str] = set()
     for sid, blk in evidence:

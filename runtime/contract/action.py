@@ -210,6 +210,10 @@ class ServicesView(Protocol):
     def node_store(self) -> Any:
         """The node store."""
 
+    @property
+    def packs(self) -> Any:
+        """Where model calls' context packs are stored (save_pack, packs; docs/packs.md)."""
+
 
 class StepContext(Protocol):
     """What an action sees while it runs (implemented by the engine)."""
