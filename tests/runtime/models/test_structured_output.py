@@ -300,3 +300,13 @@ def test_a_server_silent_while_it_reads_the_prompt_is_bounded_by_the_deadline_on
             json_request()
         )
     assert info.value.code == "MODEL_TIMEOUT"
+
+
+def test_a_count_half_given_by_the_server_is_still_an_estimate(chat_server):
+    # Usage without prompt_tokens: the prompt is counted here, so the pair is no server count.
+    chat_server.script = [{"reply": "four", "usage": {"completion_tokens": 9}}]
+    r = provider(chat_server.url, stream=False).complete(json_request())
+    assert (r.usage_from, r.tokens_out) == ("estimate", 9)
+    chat_server.script = [{"reply": "four", "usage": {"prompt_tokens": 5}}]
+    r = provider(chat_server.url, stream=False).complete(json_request())
+    assert (r.usage_from, r.tokens_in) == ("estimate", 5)
