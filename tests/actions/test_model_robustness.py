@@ -114,7 +114,10 @@ def test_the_schema_sent_is_in_the_trace(prompts, chat_server):
 def test_provider_retries_are_trace_events_on_success_and_on_failure(
     prompts, chat_server, monkeypatch
 ):
-    monkeypatch.setattr("time.sleep", lambda s: None)
+    from runtime.models.openai import OpenAIProvider
+
+    # The provider's sleep is bound when it is built: no backoff waits in this test.
+    monkeypatch.setattr(OpenAIProvider, "delay", lambda self, attempt, after=None: 0.0)
     chat_server.script = [{"status": 503}, {"reply": "ok"}]
     spec = f"openai:m@{chat_server.url}"
     r = run(prompts, [model_step(), FINISH], {"question": "q"}, model_spec=spec)

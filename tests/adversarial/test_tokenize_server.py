@@ -49,7 +49,9 @@ def server() -> Iterator[dict[str, Any]]:
             pass
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    ).start()
     state["url"] = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     yield state
     httpd.shutdown()

@@ -183,7 +183,9 @@ class StrictServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         # A client that gave up (the timeout test) leaves a broken pipe: expected, not news.
         self.httpd.handle_error = lambda *args: None  # type: ignore[method-assign]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
         self.thread.start()
 
     @property
@@ -290,13 +292,13 @@ def test_provider_options_are_validated_in_settings():
 
 
 def test_a_server_silent_while_it_reads_the_prompt_is_bounded_by_the_deadline_only(strict):
-    server = strict(reply="a long answer", think=1.0)
+    server = strict(reply="a long answer", think=0.4)
     assert ModelConfig("x", "openai").timeout_seconds is None  # no per-read cap by default
     r = provider(server.url, deadline_seconds=5.0).complete(json_request())
     assert r.text == "a long answer"
     # A per-read timeout, when one is set, still ends the wait (and is retried, then coded).
     with pytest.raises(ModelError) as info:
-        provider(server.url, deadline_seconds=5.0, timeout_seconds=0.3, max_retries=0).complete(
+        provider(server.url, deadline_seconds=5.0, timeout_seconds=0.1, max_retries=0).complete(
             json_request()
         )
     assert info.value.code == "MODEL_TIMEOUT"
