@@ -113,7 +113,7 @@ def prompt_of(
         content = m.get("content") or ""
         if i == last_user and i == len(messages) - 1 and ctx.step.get("user_parts"):
             built = pol.PromptMessage("user", user)
-            if built.content() == content:
+            if built.is_content(content):
                 out.append(built)
                 continue
         role = m["role"]

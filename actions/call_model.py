@@ -280,6 +280,9 @@ class CallModel(Action):
             # A missing source is VARIABLE_MISSING; node records are framed as evidence.
             value = self.render(as_evidence(ctx.get(part["source"])))
             template = part.get("template", "{}")
+            if template == "{}":  # the value itself: no copy of a large one (issue 25 item 9)
+                parts.append(value)
+                continue
             parts.append(
                 template.replace("{}", value) if "{}" in template else f"{template}\n{value}"
             )

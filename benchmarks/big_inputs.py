@@ -3,7 +3,7 @@
 Each size runs `runtime exec` in a new process on a one-step pipeline whose `call_model`
 step (the offline extractive responder, an 8k window, the context policy on) must
 summarise the input behind a pointer; the input comes from an `--inputs` file, with
-`--max-input-bytes` raised. Reported: the child's peak RSS (`ru_maxrss`), its bytes
+`--max-input-bytes` raised. Reported: the child's peak RSS (its own `VmHWM`), its bytes
 written (`/proc/PID/io` write_bytes, read at exit through a wrapper), the store file's
 size and what each table holds (sqlite's dbstat), in MB.
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sqlite3
 import subprocess
 import sys
@@ -47,7 +46,9 @@ PIPELINE = {
         }
     ],
 }
-# Run the CLI, then report this process's write_bytes (the store and nothing else is written).
+# Run the CLI, then report this process's write_bytes (the store and nothing else is written)
+# and its peak RSS (VmHWM, in KiB). Not the parent's ru_maxrss of its children: a forked
+# child inherits the parent's high-water mark, and this process built a text of 3x the input.
 WRAPPER = """
 import sys
 from runtime.cli import cli
@@ -57,6 +58,9 @@ finally:
     for line in open("/proc/self/io"):
         if line.startswith("write_bytes"):
             sys.stderr.write("WRITE_BYTES " + line.split()[1] + "\\n")
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM"):
+            sys.stderr.write("PEAK_KIB " + line.split()[1] + "\\n")
 """
 
 
@@ -99,7 +103,7 @@ def run(size_mb: int) -> dict[str, float]:
         if child.returncode != 0:
             raise SystemExit(f"{size_mb} MB: exit {child.returncode}: {child.stderr[-2000:]}")
         written = int(child.stderr.rsplit("WRITE_BYTES ", 1)[1].split()[0])
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # KiB on Linux
+        peak = int(child.stderr.rsplit("PEAK_KIB ", 1)[1].split()[0]) * 1024
         conn = sqlite3.connect(store)
         tables = dict(conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"))
         conn.close()
@@ -116,7 +120,7 @@ def run(size_mb: int) -> dict[str, float]:
 
 def main() -> None:
     for arg in sys.argv[1:] or ["10"]:
-        # One process per size: ru_maxrss of the children is the largest child so far.
+        # One process per size.
         out = subprocess.run(
             [sys.executable, __file__, "--one", arg], capture_output=True, text=True, check=False
         )

@@ -58,8 +58,12 @@ class PackCoverageError(AssertionError):
 
 
 def content_hash(text: str) -> str:
-    """sha256 of a text's UTF-8 bytes, as `sha256:<hex>`."""
-    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    """sha256 of a text's UTF-8 bytes, as `sha256:<hex>` (a megabyte at a time: a large
+    input is not copied whole)."""
+    digest = hashlib.sha256()
+    for at in range(0, len(text), 1 << 20):
+        digest.update(text[at : at + (1 << 20)].encode("utf-8", "surrogatepass"))
+    return "sha256:" + digest.hexdigest()
 
 
 def prompt_hash(messages: Sequence[Mapping[str, Any]]) -> str:

@@ -165,6 +165,16 @@ class PromptMessage:
         """The message text as sent."""
         return "".join(p if isinstance(p, str) else p.shown for p in self.pieces)
 
+    def is_content(self, text: str) -> bool:
+        """Whether text is content(), compared piece by piece (no joined copy of a large one)."""
+        at = 0
+        for p in self.pieces:
+            piece = p if isinstance(p, str) else p.shown
+            if not text.startswith(piece, at):
+                return False
+            at += len(piece)
+        return at == len(text)
+
     def segments(self) -> list[Segment]:
         """The message's segments in order."""
         return [p for p in self.pieces if isinstance(p, Segment)]
@@ -254,9 +264,17 @@ REJECT_CAUSES: dict[str, str] = {
 }
 
 
+def _utf8_size(text: str) -> int:
+    """Bytes of text's UTF-8, a megabyte at a time (no whole encoded copy of a large input)."""
+    if text.isascii():
+        return len(text)
+    step = 1 << 20
+    return sum(len(text[at : at + step].encode("utf-8")) for at in range(0, len(text), step))
+
+
 def lower_bound(text: str, limit: int, counter: Any) -> tuple[int, bool]:
     """(tokens, exact) of text, or a lower bound above limit found without counting it all."""
-    size = len(text.encode("utf-8")) if len(text) * 4 > limit * MAX_TOKEN_BYTES else len(text)
+    size = _utf8_size(text) if len(text) * 4 > limit * MAX_TOKEN_BYTES else len(text)
     if size // MAX_TOKEN_BYTES > limit:  # no token holds more than MAX_TOKEN_BYTES bytes
         return size // MAX_TOKEN_BYTES, False
     # Counts add up exactly at a safe cut, so a prefix's count is a lower bound of the whole.

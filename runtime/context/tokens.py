@@ -64,6 +64,7 @@ _SAFE_CUT = re.compile(r"\n(?=[ \t]*[^\s/])")
 # run's state) are not reused: their cuts may not be cuts here.
 CUT_RULE = 2
 _CACHE_SIZE = 20_000
+_COUNT_STEP = 1 << 20  # characters encoded at a time by count()
 # (first cut, last cut, tokens between them) of a text: see TokenCounter.parts.
 Parts = tuple[int, int, int]
 
@@ -133,8 +134,20 @@ class TokenCounter:
         self._lock = threading.Lock()
 
     def count(self, text: str) -> int:
-        """Exact token count (special-token text counts as ordinary text, as in code)."""
-        return len(self.encoding.encode_ordinary(text))
+        """Exact token count (special-token text counts as ordinary text, as in code).
+
+        A long text is counted a megabyte at a time, cut at safe cuts (no piece crosses
+        one, so the sum is exact): the token list of a 200 MB text would take gigabytes.
+        """
+        if len(text) <= _COUNT_STEP:
+            return len(self.encoding.encode_ordinary(text))
+        total = at = 0
+        while at < len(text):
+            cut = _SAFE_CUT.search(text, at + _COUNT_STEP) if len(text) - at > _COUNT_STEP else None
+            end = cut.end() if cut is not None else len(text)
+            total += len(self.encoding.encode_ordinary(text[at:end]))
+            at = end
+        return total
 
     def count_cached(self, text: str) -> int:
         """count(), remembered by content (for blocks counted again and again)."""
