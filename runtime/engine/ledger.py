@@ -51,6 +51,32 @@ def migrate(db: sqlite3.Connection) -> None:
     )
 
 
+# m014: a checkpoint's own entry is stored in the row of the last trace event it writes (a
+# page the checkpoint writes anyway: a separate table row cost one more page per commit);
+# entries of a transaction that writes no event, and the other entries of one that does,
+# stay in run_ledger. Both places together are the chain (ordered by seq).
+EVENT_COLUMNS = ("seq", "kind", "content", "content_hash", "prev", "hash", "mac")
+NO_ENTRY = (None,) * len(EVENT_COLUMNS)
+
+
+def migrate_events(db: sqlite3.Connection) -> None:
+    """m014: the ledger_* columns of the events table (NULL in rows that hold no entry)."""
+    for column, type_ in zip(EVENT_COLUMNS, ("INTEGER",) + ("TEXT",) * 6, strict=True):
+        db.execute(f"ALTER TABLE events ADD COLUMN ledger_{column} {type_}")
+
+
+def with_entry(data: list[tuple[Any, ...]], entry: tuple[Any, ...] | None) -> list[tuple[Any, ...]]:
+    """Event rows with their ledger columns: the entry (seq ... mac) in the last one."""
+    if not data:
+        return data
+    out = [(*row, *NO_ENTRY) for row in data[:-1]]
+    out.append((*data[-1], *(entry or NO_ENTRY)))
+    return out
+
+
+EVENT_INSERT = f"INSERT INTO events VALUES ({', '.join('?' * (5 + len(EVENT_COLUMNS)))})"
+
+
 # --- building entries from what the store writes ---------------------------------------
 
 
@@ -169,12 +195,25 @@ def pack_content(seq: int, step_id: str, pack_id: str, body: str | bytes) -> dic
     return {"seq": seq, "step_id": step_id, "pack_id": pack_id, "sha256": sha256(body)}
 
 
+def _head(db: sqlite3.Connection, run_id: str) -> tuple[int, str]:
+    """A run's stored head (seq, hash): the last entry of run_ledger or of an event row."""
+    row = db.execute(
+        f"SELECT seq, hash FROM (SELECT seq, hash FROM {TABLE} WHERE run_id = ?"
+        " UNION ALL SELECT ledger_seq, ledger_hash FROM events"
+        " WHERE run_id = ? AND ledger_seq IS NOT NULL) ORDER BY seq DESC LIMIT 1",
+        (run_id, run_id),
+    ).fetchone()
+    return (row[0], row[1]) if row else (0, GENESIS)
+
+
 class LedgerWriter:
     """Appends a run's entries inside the store's transaction (one per store).
 
     The head of each run it wrote is remembered once its transaction committed (`settle`),
     so a checkpoint does not read it back; a head another writer moved on is found by the
-    primary key (the insert of a taken seq fails) and read again.
+    primary key (the insert of a taken seq fails) and read again. An entry kept in an event
+    row (m014) has no such key: two stores appending to one run at once (its owner keeps
+    others off) would fork the chain there, and verify names the entry.
     """
 
     def __init__(self, key: bytes | None) -> None:
@@ -182,21 +221,32 @@ class LedgerWriter:
         self._heads: dict[str, tuple[int, str]] = {}  # committed heads
         self._pending: dict[str, tuple[int, str] | None] = {}  # heads of open transactions
 
-    def append(self, db: sqlite3.Connection, run_id: str, items: list[tuple[str, Any]]) -> None:
-        """Chain entries after the run's head; the caller's transaction commits them."""
+    def append(
+        self,
+        db: sqlite3.Connection,
+        run_id: str,
+        items: list[tuple[str, Any]],
+        *,
+        last_in_event: bool = False,
+    ) -> tuple[Any, ...] | None:
+        """Chain entries after the run's head; the caller's transaction commits them.
+
+        With `last_in_event` the last entry is not inserted in run_ledger but returned (seq
+        ... mac) for the caller to store in its last event row (m014, `with_entry`).
+        """
         if not items:
-            return
+            return None
         head = self._heads.get(run_id)
         for fresh in (False, True):
             if head is None or fresh:
-                row = db.execute(
-                    f"SELECT seq, hash FROM {TABLE} WHERE run_id = ? ORDER BY seq DESC LIMIT 1",
-                    (run_id,),
-                ).fetchone()
-                head = (row[0], row[1]) if row else (0, GENESIS)
+                head = _head(db, run_id)
             rows = self._rows(run_id, head, items)
+            kept = rows[-1] if last_in_event else None
             try:
-                db.executemany(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                db.executemany(
+                    f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows[:-1] if last_in_event else rows,
+                )
             except sqlite3.IntegrityError:
                 if fresh:
                     raise
@@ -204,7 +254,8 @@ class LedgerWriter:
             # A run's end forgets its head (a store serving many runs keeps no head per run
             # forever); a resume after it reads the head from the table again.
             self._pending[run_id] = None if rows[-1][2] == "end" else (rows[-1][1], rows[-1][6])
-            return
+            return None if kept is None else kept[1:]
+        return None
 
     def _rows(
         self, run_id: str, head: tuple[int, str], items: list[tuple[str, Any]]
@@ -331,7 +382,9 @@ class _Rows:
         self.run = run[0] if run else None
         inputs = q("run_inputs", "run_id", "inputs")
         self.inputs = inputs[0][0] if inputs else None
-        self.events = {r[0]: r for r in q("events", "run_id", "seq, type, step_id, data")}
+        cols = ", ".join(f"ledger_{c}" for c in EVENT_COLUMNS)
+        events = q("events", "run_id", f"seq, type, step_id, data, {cols}")
+        self.events = {r[0]: r[:4] for r in events}
         cp = q("checkpoints", "run_id", "position, engine, event_seq, steps")
         self.checkpoint = cp[0] if cp else None
         self.vars = {r[0]: r[1] for r in q("run_vars", "run_id", "name, value")}
@@ -355,8 +408,10 @@ class _Rows:
             if "run_context_packs" in tables
             else {}
         )
+        # the chain: run_ledger's rows and the entries kept in event rows (m014)
+        kept = [r[4:] for r in events if any(v is not None for v in r[4:])]
         self.ledger = sorted(
-            q(TABLE, "run_id", "seq, kind, content, content_hash, prev, hash, mac", False),
+            q(TABLE, "run_id", "seq, kind, content, content_hash, prev, hash, mac", False) + kept,
             key=lambda r: r[0] if isinstance(r[0], int) else -1,
         )
         self.db = db
@@ -534,7 +589,21 @@ class _Coverage:
                 self.bad(entry, "the checkpoint row is missing")
             elif canonical(got) != canonical(want):
                 differs = [k for k in got if canonical(got[k]) != canonical(want[k])]
-                self.bad(entry, f"the checkpoint row differs in {', '.join(differs)}")
+                reason = f"the checkpoint row differs in {', '.join(differs)}"
+                # An entry missing after it (one kept in an event row goes with the row,
+                # m014) may have recorded this row: it is named, not the one before.
+                gone = [
+                    m.seq
+                    for m in self.out
+                    if m.kind is None
+                    and isinstance(m.seq, int)
+                    and m.seq > entry.seq
+                    and m.reason.startswith("is missing")
+                ]
+                if gone:
+                    self.out.append(Mismatch(min(gone), None, "checkpoints", reason))
+                else:
+                    self.bad(entry, reason)
         elif rows.checkpoint is not None:
             self.bad(None, "a checkpoint row is stored but no entry covers it", "checkpoints")
         self.keyed_rows()

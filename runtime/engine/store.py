@@ -418,6 +418,9 @@ def _m13_blobs(db: sqlite3.Connection) -> None:
 
 MIGRATIONS += [("m013_blobs", _m13_blobs)]
 
+# A checkpoint's ledger entry kept in its last event's row (runtime/engine/ledger.py).
+MIGRATIONS += [("m014_ledger_in_events", _ledger.migrate_events)]
+
 
 def _put_blobs(db: sqlite3.Connection, run_id: str, row: str, found: Mapping[str, str]) -> None:
     """A row's large strings (sha256 -> text), each written once, and the row's references.
@@ -613,7 +616,7 @@ class SqliteRunStore:
             if input_blobs:
                 _put_blobs(db, run_id, "inputs", input_blobs)
             if data:
-                db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", data)
+                db.executemany(_ledger.EVENT_INSERT, _ledger.with_entry(data, None))
             if choices is not None:
                 db.execute("INSERT INTO run_choices VALUES (?, ?)", (run_id, json.dumps(choices)))
             if self._ledger is not None:
@@ -706,14 +709,13 @@ class SqliteRunStore:
                 " updated_at = excluded.updated_at RETURNING event_seq",
                 (run_id, position, state, seq, engine.get("step_count", 0), time.time()),
             ).fetchone()
-            if data:
-                db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", data)
             # The pointers stored since the last checkpoint are the run's now (see m006).
             made = db.execute(
                 "DELETE FROM run_pointers_pending WHERE run_id = ? RETURNING pointer_id", (run_id,)
             ).fetchall()
+            entry = None
             if self._ledger is not None:
-                self._ledger.append(
+                entry = self._ledger.append(
                     db,
                     run_id,
                     _ledger.checkpoint_items(
@@ -731,7 +733,10 @@ class SqliteRunStore:
                         new_messages=new_messages,
                         pointers=made,
                     ),
+                    last_in_event=bool(data),  # in a page this transaction writes anyway
                 )
+            if data:
+                db.executemany(_ledger.EVENT_INSERT, _ledger.with_entry(data, entry))
             if status != "running":  # a running run's row already says so (set_status)
                 db.execute("UPDATE runs SET status = ? WHERE id = ?", (status, run_id))
 

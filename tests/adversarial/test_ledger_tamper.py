@@ -77,7 +77,9 @@ DOC = "".join(f"line {i}: the quick brown fox number {i} jumps over the dog.\n" 
 COVERED: dict[str, set[str]] = {
     "runs": {"id", "pipeline", "file", "content_hash", "created_at", "status", "output", "error"},
     "run_inputs": {"run_id", "inputs"},
-    "events": {"run_id", "seq", "type", "step_id", "data"},
+    "events": {"run_id", "seq", "type", "step_id", "data"}
+    # a checkpoint's ledger entry, kept in its last event's row (m014): as run_ledger's
+    | {f"ledger_{c}" for c in ("seq", "kind", "content", "content_hash", "prev", "hash")},
     "checkpoints": {"run_id", "position", "engine", "event_seq", "steps"},
     "run_vars": {"run_id", "name", "value"},
     "run_steps": {"run_id", "n", "step_id"},
@@ -155,7 +157,10 @@ def _covering(db: Path) -> dict[int, int]:
     conn = sqlite3.connect(db)
     out: dict[int, int] = {}
     try:
-        for seq, content in conn.execute("SELECT seq, content FROM run_ledger WHERE run_id = 'k'"):
+        for seq, content in conn.execute(
+            "SELECT seq, content FROM run_ledger WHERE run_id = 'k' UNION ALL SELECT"
+            " ledger_seq, ledger_content FROM events WHERE run_id = 'k' AND ledger_seq NOT NULL"
+        ):
             c = json.loads(content)
             if isinstance(c.get("seq"), int) and "type" in c:
                 out[c["seq"]] = seq
@@ -196,15 +201,18 @@ def _check(stored: dict[str, Any], value: Value, offset: int) -> str | None:
     first = report.first
     assert first is not None
     key = dict(zip(_columns(stored, value.table), value.key, strict=False))
-    if value.table == "run_ledger":
-        want = key["seq"]
+    if value.table == "run_ledger" or value.column.startswith("ledger_"):
+        want = key["seq" if value.table == "run_ledger" else "ledger_seq"]
         # A changed key (run_id, seq) breaks the b-tree's order: a search may then miss the
-        # rows beside it too, so an earlier entry may be named; any other column: exactly it.
+        # rows beside it too, so an earlier entry may be named; so may a changed seq (the
+        # entry now numbered as an earlier one breaks there); any other column: exactly it.
         if first.seq is None or (
-            first.seq > want if value.column in ("run_id", "seq") else first.seq != want
+            first.seq > want
+            if value.column in ("run_id", "seq", "ledger_seq")
+            else first.seq != want
         ):
             return f"{where}: named entry {first.seq}, not {want}"
-    if value.table == "events" and value.column != "seq":
+    elif value.table == "events" and value.column != "seq":
         want = stored["cover"][key["seq"]]
         if first.seq != want:
             return f"{where}: named entry {first.seq}, not {want}"

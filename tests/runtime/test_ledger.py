@@ -102,10 +102,13 @@ def sql(path: str, statement: str, *args: Any) -> None:
 def entries(path: str, run_id: str = "r") -> list[tuple[Any, ...]]:
     db = sqlite3.connect(path)
     try:
+        # run_ledger's rows and the checkpoint entries kept in event rows (m014)
         return db.execute(
             "SELECT seq, kind, content, content_hash, prev, hash, mac FROM run_ledger"
-            " WHERE run_id = ? ORDER BY seq",
-            (run_id,),
+            " WHERE run_id = ? UNION ALL SELECT ledger_seq, ledger_kind, ledger_content,"
+            " ledger_content_hash, ledger_prev, ledger_hash, ledger_mac FROM events"
+            " WHERE run_id = ? AND ledger_seq IS NOT NULL ORDER BY 1",
+            (run_id, run_id),
         ).fetchall()
     finally:
         db.close()
@@ -125,6 +128,25 @@ def test_an_entry_hash_is_sha256_of_prev_kind_content_hash_and_seq():
     want = hashlib.sha256(f"{chain.GENESIS}\ncheckpoint\n{digest}\n1".encode()).hexdigest()
     assert chain.entry_hash(chain.GENESIS, "checkpoint", digest, 1) == want
     assert chain.sign(b"k", want) == hmac.new(b"k", want.encode(), hashlib.sha256).hexdigest()
+
+
+def test_a_checkpoint_entry_is_kept_in_its_last_event_row(tmp_path):
+    """m014: no run_ledger row of its own (one page less per commit), the chain unchanged."""
+    path = run(tmp_path)
+    db = sqlite3.connect(path)
+    try:
+        kinds = {k for (k,) in db.execute("SELECT kind FROM run_ledger")}
+        kept = db.execute(
+            "SELECT seq, ledger_seq, ledger_kind, (SELECT max(seq) FROM events e2"
+            " WHERE e2.run_id = events.run_id AND e2.seq <= events.seq) FROM events"
+            " WHERE ledger_seq IS NOT NULL"
+        ).fetchall()
+    finally:
+        db.close()
+    assert "checkpoint" not in kinds and {"run", "end"} <= kinds
+    assert kept and all(kind == "checkpoint" for _, _, kind, _ in kept)
+    assert [r[1] for r in kept] == sorted(r[1] for r in kept)
+    assert open_and_verify(path, "r", None).ok
 
 
 def test_every_stored_entry_links_to_the_one_before(tmp_path):
@@ -241,7 +263,11 @@ def test_the_checkpoint_row_and_the_end_are_covered(tmp_path):
 def test_rows_the_ledger_never_saw_and_removed_entries_are_found(tmp_path):
     path = run(tmp_path)
     n = len(entries(path))
-    sql(path, "INSERT INTO events VALUES ('r', 999, 'MODEL_CALL', 't', '{}')")
+    sql(
+        path,
+        "INSERT INTO events (run_id, seq, type, step_id, data) VALUES"
+        " ('r', 999, 'MODEL_CALL', 't', '{}')",
+    )
     assert first(path)["seq"] == n + 1 and first(path)["covers"] == "event 999"
     path = run(tmp_path / "b")
     sql(path, "DELETE FROM run_ledger WHERE seq = 3")
@@ -289,7 +315,11 @@ def test_an_unsigned_chain_is_reported_when_a_key_is_set(tmp_path, monkeypatch):
 def test_a_changed_signature_is_found_with_the_key_and_passes_without(tmp_path, monkeypatch):
     monkeypatch.setenv(KEY, "k")
     path = run(tmp_path)
-    sql(path, "UPDATE run_ledger SET mac = 'a' || substr(mac, 2) WHERE seq = 2")
+    # (the first hex digit changed: one that was 'a' already would stay the same)
+    flip = "iif(substr({0}, 1, 1) = 'a', 'b', 'a') || substr({0}, 2)"
+    sql(path, f"UPDATE run_ledger SET mac = {flip.format('mac')} WHERE seq = 2")
+    # entry 2 is a checkpoint's, kept in its event's row (m014)
+    sql(path, f"UPDATE events SET ledger_mac = {flip.format('ledger_mac')} WHERE ledger_seq = 2")
     assert first(path, b"k")["seq"] == 2
     assert open_and_verify(path, "r", None).ok
 
