@@ -192,6 +192,11 @@ def stage(
         )
         if record is not None and compaction is not None:
             record["compaction"] = compaction
+    auto = None
+    if store is not None and isinstance(cfg.compact, Mapping) and not cfg.dry_run:
+        auto = _auto_compact(ctx, prompt, cfg, profile.budget, counter, store, overhead, way_back)
+        if record is not None and cfg.compact.get("after_tool_call"):
+            record["prompt_messages"] = prompt  # compact_round's, before each tool round
     summarise_with = None
     if store is not None and not cfg.dry_run:  # a dry run asks no model for summaries
         from actions import _model_summary
@@ -211,11 +216,22 @@ def stage(
         way_back=way_back,
     )
     data = decision.trace_data(ctx.step_id, config.name)
+    compacted = [{**e, **_COMPACTED} for e in auto.entries] if auto else []
+    if auto is not None:
+        data.update(
+            compacted_by="trigger" if compacted else None,
+            compaction_trigger=auto.fired,
+            compacted=compacted,
+            compacted_tokens_before=auto.tokens_before,
+            compacted_tokens_after=auto.tokens_after,
+        )
     if record is not None:
         record.update(
             budget=profile.budget,
-            original_tokens=decision.original_tokens,
-            summarised=[] if cfg.dry_run else list(decision.summarised),
+            # Before the trigger's compaction too: the pack's drop report accounts for both.
+            original_tokens=decision.original_tokens
+            + (auto.tokens_before - auto.tokens_after if auto else 0),
+            summarised=compacted + ([] if cfg.dry_run else list(decision.summarised)),
         )
     data.update(tokenizer=config.tokenizer, token_margin=margin)
     if decision.decision == "reject":
@@ -255,8 +271,86 @@ def stage(
     ctx.trace("CONTEXT_BUDGET_DECISION", **data, sent_tokens=tokens)
     if tokens > profile.budget:
         ctx.increment("context_budget_violations")
-    write_pointers(ctx, [] if cfg.dry_run else decision.summarised)
+    write_pointers(ctx, compacted + ([] if cfg.dry_run else decision.summarised))
     return sent, tokens
+
+
+# What a trigger's compaction adds to each entry: the pack's drop reason and what caused it.
+_COMPACTED = {"drop_reason": "compaction", "by": "context_policy.compact"}
+
+
+def _auto_compact(
+    ctx: StepContext,
+    prompt: list[pol.PromptMessage],
+    cfg: pol.PolicyConfig,
+    budget: int,
+    counter: Any,
+    store: Any,
+    overhead: int,
+    way_back: bool,
+    force: str | None = None,
+) -> pol.AutoCompaction:
+    """context_policy.compact on the prompt (pol.compact_prompt); counted in the run."""
+    spec = cfg.compact or {}
+    result = pol.compact_prompt(
+        prompt,
+        budget,
+        counter,
+        at=float(spec.get("at", pol.DEFAULT_COMPACT_AT)),
+        max_items=spec.get("max_items"),
+        force=force,
+        store=store,
+        run_id=ctx.run_id,
+        overhead=overhead,
+        summary_tokens=cfg.summary_tokens,
+        way_back=way_back,
+    )
+    if result.entries:
+        ctx.increment("compactions", len(result.entries))
+        ctx.increment("tokens_saved", result.tokens_before - result.tokens_after)
+    return result
+
+
+def compact_round(
+    ctx: StepContext,
+    provider: Any,
+    messages: list[dict[str, Any]],
+    record: dict[str, Any],
+    number: int,
+    overhead: int,
+) -> None:
+    """`compact: {after_tool_call: true}`: before tool round `number`, the payloads of the
+    step's prompt (already read by the model) go behind pointers, in place in `messages`;
+    the tool calls and results stay whole. Traced as CONTEXT_COMPACTED."""
+    prompt: list[pol.PromptMessage] | None = record.get("prompt_messages")
+    if not prompt:
+        return
+    cfg = pol.policy_config(ctx.settings, ctx.step)
+    store = store_of(ctx)
+    if store is None:
+        return
+    config = provider.config
+    budget = int(record.get("budget") or 0)
+    counter = ctx.services.tokens_for(config)
+    way_back = "rehydrate" in (ctx.step.get("tools") or ())
+    result = _auto_compact(
+        ctx, prompt, cfg, budget, counter, store, overhead, way_back, force="after_tool_call"
+    )
+    if not result.entries:
+        return
+    for i, pm in enumerate(prompt):
+        content = pm.content()
+        if messages[i].get("content") != content:
+            messages[i] = {**messages[i], "content": content}
+    ctx.trace(
+        "CONTEXT_COMPACTED",
+        model=config.name,
+        round=number,
+        compacted_by="after_tool_call",
+        compacted=[{**e, **_COMPACTED} for e in result.entries],
+        tokens_before=result.tokens_before,
+        tokens_after=result.tokens_after,
+    )
 
 
 def write_pointers(ctx: StepContext, summarised: list[dict[str, Any]]) -> None:

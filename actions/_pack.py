@@ -387,11 +387,12 @@ def _retrieval_drops(ctx: StepContext, b: packs.PackBuilder) -> None:
 def _summarised_drop(b: packs.PackBuilder, s: Mapping[str, Any], node: str | None = None) -> None:
     b.drop(
         s["id"],
-        "summarisation",
+        s.get("drop_reason", "summarisation"),  # compaction: context_policy.compact's
         s["tokens_before"] - s["tokens_after"],
         pointer_id=s["pointer_id"],
         node=node,
         kind=s.get("kind"),
+        by=s.get("by"),
         # False: the original was not counted whole (too big), tokens_saved is a lower bound.
         exact=s.get("tokens_before_exact", True),
     )

@@ -297,11 +297,14 @@ class CallModel(Action):
         request: Any,
         on_chunk: Any,
         sent: list[int] | None = None,
+        budget: dict[str, Any] | None = None,
     ) -> tuple[Any, list[dict[str, Any]]]:
         """Offer the step's tools for max_tool_rounds rounds (actions/_tools.py); reply, messages.
 
         `sent` gets each request's exact prompt tokens; each request after the first is
         traced (CONTEXT_BUDGET_ROUND: the round, its prompt tokens and the budget).
+        `budget`: the budget stage's record (`compact: {after_tool_call: true}` compacts the
+        step's prompt before each round after the first, actions/_budget.compact_round).
         """
         from actions import _tools
         from runtime.context import policy
@@ -330,6 +333,10 @@ class CallModel(Action):
             return limit - used
 
         def on_round(number: int, messages: list[dict[str, Any]]) -> None:
+            if number and budget is not None and "prompt_messages" in budget:
+                from actions import _budget
+
+                _budget.compact_round(ctx, provider, messages, budget, number, MESSAGE_OVERHEAD)
             tokens = limit - spare(messages)
             if sent is not None:
                 sent.append(tokens)
@@ -510,7 +517,7 @@ class CallModel(Action):
         try:
             if tools:
                 response, messages = self.complete_with_tools(
-                    ctx, provider, request, on_chunk, sent
+                    ctx, provider, request, on_chunk, sent, budget
                 )
             else:
                 response = provider.complete(request, on_chunk=on_chunk)

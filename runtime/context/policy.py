@@ -37,6 +37,7 @@ from runtime.context.summarize import KINDS, MAX_TOKEN_BYTES, line_count, summar
 
 DEFAULT_SUMMARY_TOKENS = 200
 DEFAULT_EMERGENCY_FLOOR = 256
+DEFAULT_COMPACT_AT = 0.8  # compact: fraction of the prompt budget that triggers it
 _MIN_SUMMARY = 8  # a thread message's summary under this many tokens is left out
 _FULL_SUMMARY = 48  # under this, a thread message's summary is its opening words
 _JOINT_SLACK = 2  # tokens a joint between two pieces may add when counted together
@@ -74,6 +75,31 @@ POLICY_SCHEMA: dict[str, Any] = {
             "description": "Reject when the prompt budget is under this (default "
             f"{DEFAULT_EMERGENCY_FLOOR}).",
         },
+        "compact": {
+            "type": "object",
+            "description": "Compact the context before the call even when it fits "
+            "(docs/budget.md, Automatic compaction).",
+            "properties": {
+                "at": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "maximum": 1,
+                    "description": "Above this fraction of the prompt budget (default "
+                    f"{DEFAULT_COMPACT_AT}).",
+                },
+                "max_items": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Above this many whole summarisable payloads.",
+                },
+                "after_tool_call": {
+                    "type": "boolean",
+                    "description": "Before each tool round, the payloads already sent go "
+                    "behind pointers.",
+                },
+            },
+            "additionalProperties": False,
+        },
     },
     "additionalProperties": False,
 }
@@ -90,6 +116,7 @@ class PolicyConfig:
     trace_threshold_tokens: int | None = None
     summary_tokens: int = DEFAULT_SUMMARY_TOKENS
     emergency_floor: int = DEFAULT_EMERGENCY_FLOOR
+    compact: Mapping[str, Any] | None = None  # automatic compaction (compact_prompt)
 
 
 # The shortest summary the policy shortens to before it rejects (summarisers floor at 16).
@@ -772,4 +799,123 @@ def compact_thread(
                 }
             )
     out.tokens_after = total
+    return out
+
+
+@dataclass
+class AutoCompaction:
+    """What compact_prompt did: why it fired, what went behind pointers, the tokens."""
+
+    fired: str | None = None  # at | max_items | after_tool_call, None when not triggered
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    tokens_before: int = 0
+    tokens_after: int = 0
+    items_before: int = 0
+    items_after: int = 0
+
+
+def _is_block(sid: str) -> bool:
+    """An evidence block's segment (`user_parts.P[j]`, `user[i].evidenceN[j]`)."""
+    return sid.endswith("]") and "[" in sid and sid[sid.rindex("[") + 1 : -1].isdigit()
+
+
+def compact_prompt(
+    messages: Sequence[PromptMessage],
+    budget: int,
+    counter: Any,
+    *,
+    at: float = DEFAULT_COMPACT_AT,
+    max_items: int | None = None,
+    force: str | None = None,
+    store: ptr.PointerStore,
+    run_id: str,
+    overhead: int,
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
+    way_back: bool = True,
+) -> AutoCompaction:
+    """Compact a prompt that fits but is over its trigger, in place (context_policy.compact).
+
+    Fires when the prompt is over `at` of the budget, or holds more than `max_items` whole
+    summarisable payloads, or when `force` names a cause (after_tool_call: then every
+    payload is compacted). First per source: the step's user parts and the evidence of
+    each thread turn, all blocks of one source at a time (block headers stay), in prompt
+    order; then, while still over, the oldest thread turns one at a time. Deterministic
+    with the deterministic summarisers. A prompt holding a payload too large to count
+    (over the budget by its size alone) is left to `enforce`.
+    """
+    out = AutoCompaction()
+    for m in messages:
+        for s in m.segments():
+            if s.pointer is None and not lower_bound(s.text, budget, counter)[1]:
+                return out
+
+    def whole() -> list[Segment]:
+        return [s for m in messages for s in m.segments() if s.summarizable and s.pointer is None]
+
+    limit = int(at * budget)
+    total = prompt_tokens(messages, counter, overhead)
+    out.tokens_before = out.tokens_after = total
+    out.items_before = out.items_after = len(whole())
+
+    def over() -> str | None:
+        if force:
+            return force
+        if total > limit:
+            return "at"
+        if max_items is not None and len(whole()) > max_items:
+            return "max_items"
+        return None
+
+    out.fired = over()
+    if out.fired is None:
+        return out
+    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    # Sources in prompt order: an evidence section (its blocks), or a user part's value.
+    sources: dict[str, list[Segment]] = {}
+    turns: list[tuple[PromptMessage, Segment]] = []
+    for i, m in enumerate(messages):
+        for s in m.segments():
+            if not s.summarizable or s.pointer is not None:
+                continue
+            if _is_block(s.sid):
+                sources.setdefault(s.sid[: s.sid.rindex("[")], []).append(s)
+            elif i == last_user:
+                sources.setdefault(s.sid, []).append(s)
+            else:
+                turns.append((m, s))
+    steps: list[tuple[str, str, list[Segment], str | None]] = [
+        ("source", key, segs, None) for key, segs in sources.items()
+    ]
+    steps += [("turn", s.sid, [s], m.role) for m, s in turns]
+    for phase, key, segs, role in steps:
+        if over() is None:
+            break
+        for seg in segs:
+            before = counter.count_cached(seg.text)
+            pointer = point(
+                seg,
+                store,
+                run_id,
+                counter,
+                summary_tokens,
+                short_for=role,
+                way_back=way_back,
+            )
+            after = counter.count_cached(pointer.display_text)
+            if after >= before:
+                continue  # a pointer would not be smaller: keep the payload
+            seg.pointer = pointer
+            out.entries.append(
+                {
+                    "id": seg.sid,
+                    **ptr.as_mapping(pointer),
+                    "tokens_before": before,
+                    "tokens_after": after,
+                    "phase": phase,
+                    "source": key,
+                }
+            )
+        total = prompt_tokens(messages, counter, overhead)
+    out.tokens_after = total
+    out.items_after = len(whole())
     return out
