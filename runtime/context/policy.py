@@ -815,8 +815,12 @@ class AutoCompaction:
 
 
 def _is_block(sid: str) -> bool:
-    """An evidence block's segment (`user_parts.P[j]`, `user[i].evidenceN[j]`)."""
-    return sid.endswith("]") and "[" in sid and sid[sid.rindex("[") + 1 : -1].isdigit()
+    """An evidence block's segment (`user_parts.P[j]`, `user[i].evidenceN[j]`), not a
+    whole thread turn (`assistant[i]`)."""
+    if not sid.endswith("]") or "[" not in sid:
+        return False
+    cut = sid.rindex("[")
+    return sid[cut + 1 : -1].isdigit() and "." in sid[:cut]
 
 
 def compact_prompt(

@@ -176,3 +176,53 @@ def test_validate_names_a_bad_fraction_or_count_with_its_position(tmp_path):
     ok = path.read_text().replace("1.5", "0.8").replace("at: 0,", "at: 0.7,")
     path.write_text(ok.replace("max_items: 0", "max_items: 12").replace("sometimes", "true"))
     assert CliRunner().invoke(cli, ["validate", str(path)]).exit_code == 0
+
+
+def test_sources_first_then_the_oldest_thread_turns_until_under_the_trigger():
+    from runtime.context import policy as pol
+    from runtime.context.pointers import MemoryPointerStore
+    from runtime.context.tokens import get_counter
+
+    counter = get_counter("cl100k_base")
+    text = "".join(f"line {i}: the answer names table t{i} and its writer.\n" for i in range(60))
+
+    def prompt() -> list[pol.PromptMessage]:
+        return [
+            pol.PromptMessage("system", ["Answer."]),
+            pol.PromptMessage("assistant", [pol.Segment("assistant[1]", "old " + text)]),
+            pol.PromptMessage("assistant", [pol.Segment("assistant[2]", "new " + text)]),
+            pol.PromptMessage(
+                "user",
+                [
+                    pol.Segment("user_parts.q", "which table?", summarizable=False),
+                    "\n",
+                    pol.Segment("user_parts.doc", "doc " + text),
+                ],
+            ),
+        ]
+
+    whole = pol.prompt_tokens(prompt(), counter, 4)
+    kept: list[list[str]] = []
+    for at in (0.9, 0.6, 0.4):
+        messages = prompt()
+        out = pol.compact_prompt(
+            messages,
+            whole,
+            counter,
+            at=at,
+            store=MemoryPointerStore(),
+            run_id="r",
+            overhead=4,
+            summary_tokens=60,
+        )
+        assert out.fired == "at" and out.tokens_after <= at * whole
+        assert out.tokens_after == pol.prompt_tokens(messages, counter, 4)
+        kept.append([e["id"] for e in out.entries])
+        # The question is never compacted.
+        assert messages[3].segments()[0].pointer is None
+    # The step's part (a source) first; then the oldest turn, then the next.
+    assert kept == [
+        ["user_parts.doc"],
+        ["user_parts.doc", "assistant[1]"],
+        ["user_parts.doc", "assistant[1]", "assistant[2]"],
+    ]
