@@ -540,6 +540,9 @@ class _Coverage:
         if canonical(got) != canonical(c):
             differs = [k for k in got if canonical(got[k]) != canonical(c.get(k))]
             self.bad(entry, f"the run row differs in {', '.join(differs) or 'its fields'}")
+        problem = _stored_text_problem(self.rows.db, self.rows.inputs)
+        if problem:
+            self.bad(entry, f"the inputs' {problem}")
 
     def checkpoint(self, entry: Entry, c: dict[str, Any]) -> None:
         for e in c["events"]:
@@ -632,6 +635,8 @@ class _Coverage:
                 self.bad(entry, "is missing", what)
             elif _var_digest(value) != digest:
                 self.bad(entry, "differs from what the entry recorded", what)
+            elif problem := _stored_text_problem(rows.db, value):
+                self.bad(entry, problem, what)
         for raw in rows.vars:
             if _s(raw) not in self.vars:
                 self.bad(None, "stored but in no ledger entry", f"variable {_s(raw)!r}")
@@ -704,6 +709,26 @@ def _var_digest(value: bytes) -> str:
     import hashlib
 
     return hashlib.blake2b(value, digest_size=16).hexdigest()
+
+
+def _stored_text_problem(db: sqlite3.Connection, value: Any) -> str | None:
+    """Why a row's large strings stored by content (runtime/engine/blobs.py) are not the
+    texts its references name; None when they are or it has none. The row's own digest
+    covers the references (sha256 and length); this covers the chunks they point to."""
+    from runtime.engine import blobs
+
+    text = value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+    if not text.startswith(blobs.PREFIX):
+        return None
+    try:
+        shas = sorted(blobs.refs(text))
+    except (ValueError, TypeError, KeyError, IndexError):
+        return "has references that are not ones"
+    for sha in shas:
+        problem = _original_problem(db, sha)
+        if problem:
+            return f"stored text {sha[:16]} {problem}"
+    return None
 
 
 def _original_problem(db: sqlite3.Connection, sha: str) -> str | None:

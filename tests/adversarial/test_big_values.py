@@ -220,6 +220,8 @@ def test_a_damaged_stored_value_is_store_error_not_another_value(
     with pytest.raises(StoreError) as caught:
         runtime.SqliteRunStore(db).load("k")
     assert caught.value.code == "STORE_ERROR"
+    report = runtime.SqliteRunStore(db).verify_ledger("k", None)  # `runtime verify` too
+    assert not report.ok
     if damage not in ("a changed character", "a reference's length"):
         return  # the command line's answer to two of them (a process each: the fast suite)
     out = cli(folder, "resume", "k", "--store", db)
@@ -308,3 +310,23 @@ def test_a_store_written_before_m013_reads_its_large_values(tmp_path):
     _sql(store.path, "UPDATE run_inputs SET inputs = ?", json.dumps({"doc": "z" * 100_000}))
     saved = runtime.SqliteRunStore(store.path).load("r")
     assert saved["variables"] == {"doc": "z" * 100_000} == saved["inputs"]
+
+
+def test_runtime_verify_checks_the_stored_text_of_a_variable(tmp_path):
+    store = runtime.SqliteRunStore(str(tmp_path / "runs.db"))
+    store.create_run("r", _pipeline(tmp_path), {"doc": "i" * 80_000})
+    variables = {"doc": "i" * 80_000, "x": "v" * 70_000}
+    store.checkpoint("r", position="f", variables=variables, engine={}, events=[], status="running")
+    assert store.verify_ledger("r", None).ok
+    sha = blobs.sha256_of("v" * 70_000)
+    _sql(
+        store.path, "UPDATE original_chunks SET text = 'w' || substr(text, 2) WHERE sha256 = ?", sha
+    )
+    report = runtime.SqliteRunStore(store.path).verify_ledger("r", None)
+    assert [(m.covers, m.reason) for m in report.mismatches] == [
+        ("variable 'x'", f"stored text {sha[:16]} is not the text stored")
+    ]
+    _sql(store.path, "DELETE FROM original_chunks WHERE sha256 = ?", blobs.sha256_of("i" * 80_000))
+    report = runtime.SqliteRunStore(store.path).verify_ledger("r", None)
+    assert {m.covers for m in report.mismatches} >= {"variable 'doc'", "variable 'x'"}
+    assert any("inputs" in m.reason for m in report.mismatches)
