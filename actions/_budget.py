@@ -290,8 +290,13 @@ def _auto_compact(
     way_back: bool,
     force: str | None = None,
 ) -> pol.AutoCompaction:
-    """context_policy.compact on the prompt (pol.compact_prompt); counted in the run."""
+    """context_policy.compact on the prompt (pol.compact_prompt); counted in the run.
+
+    As for the thread's compaction, a payload compacted on an earlier call (the same
+    pointer) is not counted again.
+    """
     spec = cfg.compact or {}
+    known = {p["pointer_id"] for p in store.pointers(ctx.run_id)}
     result = pol.compact_prompt(
         prompt,
         budget,
@@ -305,9 +310,10 @@ def _auto_compact(
         summary_tokens=cfg.summary_tokens,
         way_back=way_back,
     )
-    if result.entries:
-        ctx.increment("compactions", len(result.entries))
-        ctx.increment("tokens_saved", result.tokens_before - result.tokens_after)
+    new = [e for e in result.entries if e["pointer_id"] not in known]
+    if new:
+        ctx.increment("compactions", len(new))
+        ctx.increment("tokens_saved", sum(e["tokens_before"] - e["tokens_after"] for e in new))
     return result
 
 

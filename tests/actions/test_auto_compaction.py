@@ -226,3 +226,29 @@ def test_sources_first_then_the_oldest_thread_turns_until_under_the_trigger():
         ["user_parts.doc", "assistant[1]"],
         ["user_parts.doc", "assistant[1]", "assistant[2]"],
     ]
+
+
+def test_a_payload_compacted_again_on_a_later_call_is_counted_once():
+    from types import SimpleNamespace
+
+    from actions import _budget
+    from runtime.context import policy as pol
+    from runtime.context.pointers import MemoryPointerStore
+    from runtime.context.tokens import get_counter
+
+    counter = get_counter("cl100k_base")
+    text = "".join(f"line {i}: the answer names table t{i} and its writer.\n" for i in range(60))
+    counts: dict[str, int] = {}
+    ctx = SimpleNamespace(
+        run_id="r", increment=lambda k, n=1: counts.__setitem__(k, counts.get(k, 0) + n)
+    )
+    store = MemoryPointerStore()
+    cfg = pol.PolicyConfig(enabled=True, summary_tokens=60, compact={"at": 0.5})
+    for call in range(2):
+        prompt = [pol.PromptMessage("user", [pol.Segment("user_parts.doc", text)])]
+        out = _budget._auto_compact(ctx, prompt, cfg, 1000, counter, store, 4, True)
+        [entry] = out.entries
+        assert counts == {
+            "compactions": 1,
+            "tokens_saved": entry["tokens_before"] - entry["tokens_after"],
+        }, call
