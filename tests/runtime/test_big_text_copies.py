@@ -28,3 +28,21 @@ def test_a_message_is_compared_piece_by_piece():
     for other in ("q\n\n" + big, "q\n\n" + big + "!!", "q\n\n" + big[:-1] + "y!", "", "q"):
         assert not message.is_content(other)
     assert pol.PromptMessage("user", []).is_content("")
+
+
+def test_the_inputs_depth_scan_keeps_no_memory_per_escape():
+    """json_depth's string pattern is possessive: a string with many escapes (every line
+    of a large document) keeps no backtracking point per escape (a 200 MB input: 266 MiB)."""
+    import json
+    import tracemalloc
+
+    from runtime.cli._inputs import json_depth
+
+    text = json.dumps({"doc": "line\n" * 200_000, "nested": [[{"a": "b\\"}]]})
+    tracemalloc.start()
+    try:
+        assert json_depth(text, 64) == 4
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < len(text) // 4
