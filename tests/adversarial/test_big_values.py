@@ -4,8 +4,9 @@ A string of 64 KiB or more in a run's inputs or variables is kept in the run sto
 content-addressed chunks (runtime/engine/blobs.py, m013), shared with a pointer's original
 of the same text; the rows hold a small reference. What is read back is checked: a damaged
 chunk, head row or reference is STORE_ERROR, never a different value. User data shaped
-like a reference stays user data. Sizes here are a few MB; benchmarks/big_inputs.py runs
-10-200 MB.
+like a reference stays user data. A byte of the pages holding the texts damaged, one at a
+time, gives the exact values or STORE_ERROR (every 997th byte here, every 7th in the slow
+chunks). Sizes here are a few MB; benchmarks/big_inputs.py runs 10-200 MB.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 import runtime
 from runtime.engine import blobs
 from runtime.engine.trace import without_timing
-from runtime.errors import StoreError
+from runtime.errors import StepRuntimeError, StoreError
 
 PIPELINE = """\
 name: big
@@ -330,3 +331,67 @@ def test_runtime_verify_checks_the_stored_text_of_a_variable(tmp_path):
     report = runtime.SqliteRunStore(store.path).verify_ledger("r", None)
     assert {m.covers for m in report.mismatches} >= {"variable 'doc'", "variable 'x'"}
     assert any("inputs" in m.reason for m in report.mismatches)
+
+
+# --- every byte of the stored texts' pages -----------------------------------------------
+
+TEXT_A = "".join(
+    f"line {n}: caf\u00e9 \u2014 a truth universally acknowledged.\n" for n in range(2400)
+)
+TEXT_B = "b\u00e9" * 40_000
+TEXT_TABLES = {"originals", "original_chunks", "sqlite_autoindex_original_chunks_1"}
+
+
+def _text_store(tmp_path: Path) -> tuple[str, list[int]]:
+    """A store whose run holds two large strings; the file offsets of their pages."""
+    store = runtime.SqliteRunStore(str(tmp_path / "texts.db"))
+    store.create_run("r", _pipeline(tmp_path), {"doc": TEXT_A})
+    variables = {"doc": TEXT_A, "x": [TEXT_B, {"k": "small"}]}
+    store.checkpoint("r", position="f", variables=variables, engine={}, events=[], status="running")
+    store.close()
+    conn = sqlite3.connect(store.path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    (size,) = conn.execute("PRAGMA page_size").fetchone()
+    pages = [p for n, p in conn.execute("SELECT name, pageno FROM dbstat") if n in TEXT_TABLES]
+    conn.close()
+    return store.path, [at for p in pages for at in range((p - 1) * size, p * size)]
+
+
+def _read_damaged(tmp_path: Path, original: bytes, at: int) -> str:
+    copy = tmp_path / "damaged.db"
+    for suffix in ("-wal", "-shm"):
+        Path(str(copy) + suffix).unlink(missing_ok=True)
+    data = bytearray(original)
+    data[at] ^= 0xFF
+    copy.write_bytes(bytes(data))
+    try:
+        saved = runtime.SqliteRunStore(str(copy), create=False).load("r")
+    except StepRuntimeError as exc:
+        assert exc.code == "STORE_ERROR", (at, exc.code, exc.message)
+        return exc.code
+    assert saved["inputs"]["doc"] == TEXT_A, f"a wrong input after damage at byte {at}"
+    assert saved["variables"]["doc"] == TEXT_A, f"a wrong variable after damage at byte {at}"
+    assert saved["variables"]["x"] == [TEXT_B, {"k": "small"}], f"wrong after byte {at}"
+    return "ok"
+
+
+def _sweep(tmp_path: Path, every: int, chunk: int = 0, chunks: int = 1) -> dict[str, int]:
+    db, offsets = _text_store(tmp_path)
+    original = Path(db).read_bytes()
+    outcomes: dict[str, int] = {}
+    for at in offsets[::every][chunk::chunks]:
+        got = _read_damaged(tmp_path, original, at)
+        outcomes[got] = outcomes.get(got, 0) + 1
+    return outcomes
+
+
+def test_a_damaged_byte_of_a_stored_text_is_store_error_or_the_exact_value(tmp_path):
+    """The fast chunk: every 997th byte of the pages holding the texts."""
+    outcomes = _sweep(tmp_path, 997)
+    assert outcomes.get("STORE_ERROR", 0) > 50  # the damage was seen, not only survived
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunk", range(4))
+def test_every_seventh_byte_of_the_stored_texts_pages(tmp_path, chunk):
+    _sweep(tmp_path, 7, chunk, 4)
