@@ -41,6 +41,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 BASE_URL_ENV = "OPENAI_BASE_URL"
 CONTEXT_WINDOW_ENV = "RUNTIME_CONTEXT_WINDOW"
 TOKENIZER_ENV = "RUNTIME_TOKENIZER"
+DEADLINE_ENV = "RUNTIME_DEADLINE_SECONDS"
 TOKEN_MARGIN_ENV = "RUNTIME_TOKEN_MARGIN"
 SETTING_KEYS = (
     "provider",
@@ -318,6 +319,20 @@ def _adhoc_window(where: str) -> int:
     return value
 
 
+def _adhoc_deadline(where: str) -> float:
+    """deadline_seconds from $RUNTIME_DEADLINE_SECONDS (the default when unset)."""
+    raw = environment().get(DEADLINE_ENV)
+    if raw is None:
+        return DEFAULT_DEADLINE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not math.isfinite(value) or value <= 0:
+        raise _invalid(where, f"${DEADLINE_ENV} must be a positive number of seconds, not {raw!r}")
+    return value
+
+
 def config_from_spec(
     spec: str,
     settings: Mapping[str, Any],
@@ -374,6 +389,8 @@ def config_from_spec(
             base_url=check_base_url(base, f"model spec 'openai:{model}@...'"),
             context_window=_adhoc_window(where),
             **_adhoc_counting(where, spec_dir),
+            # A slow local server (a small CPU, a long answer) needs more than the default.
+            deadline_seconds=_adhoc_deadline(where),
         )
     if colon or not spec.strip() or spec != spec.strip():
         raise _invalid(

@@ -217,3 +217,22 @@ def test_a_query_string_or_fragment_in_a_url_is_refused_without_being_echoed(url
             config_from_spec(spec, settings)
         assert info.value.code == "MODEL_CONFIG_INVALID" and "hunter22" not in info.value.message
         assert "put the key in api_key_env" in info.value.message
+
+
+def test_an_adhoc_spec_takes_its_deadline_from_the_environment(monkeypatch):
+    # A slow local server needs more than 120 s for a long answer; settings.models can say
+    # so, and an ad-hoc --model spec through $RUNTIME_DEADLINE_SECONDS.
+    from runtime.models.base import DEFAULT_DEADLINE
+
+    spec = "openai:m@http://127.0.0.1:8080/v1"
+    monkeypatch.delenv("RUNTIME_DEADLINE_SECONDS", raising=False)
+    assert config_from_spec(spec, {}).deadline_seconds == DEFAULT_DEADLINE
+    monkeypatch.setenv("RUNTIME_DEADLINE_SECONDS", "600")
+    assert config_from_spec(spec, {}).deadline_seconds == 600.0
+    for bad in ("0", "-5", "soon", "nan", "inf"):
+        monkeypatch.setenv("RUNTIME_DEADLINE_SECONDS", bad)
+        with pytest.raises(ModelError) as info:
+            config_from_spec(spec, {})
+        assert info.value.code == "MODEL_CONFIG_INVALID" and "RUNTIME_DEADLINE_SECONDS" in (
+            info.value.message
+        )
