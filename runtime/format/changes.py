@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 # Hex digits kept of each part's SHA-256: enough to tell two versions of a part apart.
@@ -42,9 +42,15 @@ def fingerprint(pipeline: Any) -> dict[str, Any]:
     }
 
 
-def _parts(old: Mapping[str, Any], new: Mapping[str, Any], name: Callable[[str], str]) -> list[str]:
+def _parts(
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    name: Callable[[str], str],
+    keys: Sequence[str] | None = None,
+) -> list[str]:
+    """What was removed, added or changed between old and new, key by key (sorted unless keys)."""
     out = []
-    for key in sorted(set(old) | set(new)):
+    for key in sorted(set(old) | set(new)) if keys is None else keys:
         if key not in new:
             out.append(f"{name(key)} removed")
         elif key not in old:
@@ -64,14 +70,7 @@ def describe(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     ordered = [*new.get("order", []), *[s for s in old.get("order", []) if s not in new_steps]]
     rank = {sid: n for n, sid in enumerate(ordered)}
     steps = sorted(set(old_steps) | set(new_steps), key=lambda s: rank.get(s, len(rank)))
-    out = []
-    for sid in steps:
-        if sid not in new_steps:
-            out.append(f"step {sid!r} removed")
-        elif sid not in old_steps:
-            out.append(f"step {sid!r} added")
-        elif old_steps[sid] != new_steps[sid]:
-            out.append(f"step {sid!r} changed")
+    out = _parts(old_steps, new_steps, "step {!r}".format, steps)
     kept_old = [s for s in old.get("order", []) if s in new_steps]
     kept_new = [s for s in new.get("order", []) if s in old_steps]
     if kept_old != kept_new:
