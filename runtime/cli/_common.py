@@ -14,6 +14,14 @@ from runtime.errors import StepRuntimeError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# --store of the commands that read a run store already there (resume, runs, trace, verify,
+# context); exec's --store, which may create one, has its own.
+existing_store = click.option(
+    "--store",
+    type=click.Path(dir_okay=False),
+    help="Run store (default $RUNTIME_STORE or .runtime/runs.db); it must exist.",
+)
+
 
 def color_enabled(stream: TextIO) -> bool:
     """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""

@@ -9,18 +9,14 @@ from typing import Any
 
 import click
 
-from runtime.cli._common import color_enabled, handle_errors
+from runtime.cli._common import color_enabled, existing_store, handle_errors
 
 
 @click.command()
 @click.argument("run_id")
 @click.option("--step", "step_id", help="Only the packs of this step's model calls.")
 @click.option("--json", "as_json", is_flag=True, help="Print the packs as a JSON array.")
-@click.option(
-    "--store",
-    type=click.Path(dir_okay=False),
-    help="Run store (default $RUNTIME_STORE or .runtime/runs.db); it must exist.",
-)
+@existing_store
 @handle_errors
 def context(run_id: str, step_id: str | None, as_json: bool, store: str | None) -> None:
     """Show what each model call of a run was shown, why, and what was left out."""

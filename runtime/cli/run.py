@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from runtime.cli._common import handle_errors
+from runtime.cli._common import existing_store, handle_errors
 from runtime.cli._inputs import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_DEPTH,
@@ -253,11 +253,7 @@ def exec_(
 
 @click.command()
 @click.argument("run_id")
-@click.option(
-    "--store",
-    type=click.Path(dir_okay=False),
-    help="Run store (default $RUNTIME_STORE or .runtime/runs.db); it must exist.",
-)
+@existing_store
 @click.option(
     "--force",
     is_flag=True,

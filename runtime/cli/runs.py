@@ -9,18 +9,14 @@ from typing import Any
 
 import click
 
-from runtime.cli._common import handle_errors
+from runtime.cli._common import existing_store, handle_errors
 
 # interrupted: left running by a process that is gone (runtime/engine/owner.py)
 STATUSES = ("running", "interrupted", "completed", "failed")
 
 
 @click.command()
-@click.option(
-    "--store",
-    type=click.Path(dir_okay=False),
-    help="Run store (default $RUNTIME_STORE or .runtime/runs.db); it must exist.",
-)
+@existing_store
 @click.option("--status", type=click.Choice(STATUSES), help="Only runs with this status.")
 @click.option("--pipeline", help="Only runs of the pipeline with this name.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
@@ -73,11 +69,7 @@ def runs(
 
 @click.command()
 @click.argument("run_id")
-@click.option(
-    "--store",
-    type=click.Path(dir_okay=False),
-    help="Run store (default $RUNTIME_STORE or .runtime/runs.db); it must exist.",
-)
+@existing_store
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "jsonl"]), default="text", show_default=True
 )

@@ -7,16 +7,12 @@ import sys
 
 import click
 
-from runtime.cli._common import handle_errors
+from runtime.cli._common import existing_store, handle_errors
 
 
 @click.command()
 @click.argument("run_id")
-@click.option(
-    "--store",
-    type=click.Path(dir_okay=False),
-    help="Run store (default $RUNTIME_STORE or .runtime/runs.db); it must exist.",
-)
+@existing_store
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @handle_errors
 def verify(run_id: str, store: str | None, as_json: bool) -> None:
