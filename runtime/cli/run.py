@@ -124,6 +124,15 @@ def _load_or_exit(path: str) -> Any:
         sys.exit(2)
 
 
+# --durability, the same for exec and resume.
+_durability = click.option(
+    "--durability",
+    type=click.Choice(["normal", "full"]),
+    help="Checkpoint durability: normal (WAL, no fsync per checkpoint; the default) or "
+    "full (fsync every checkpoint). Overrides settings.durability.",
+)
+
+
 @click.command("exec")
 @click.argument("pipeline")
 @click.option(
@@ -164,12 +173,7 @@ def _load_or_exit(path: str) -> Any:
 )
 @click.option("--max-steps", type=click.IntRange(min=1), help="Override settings.max_steps.")
 @click.option("--run-id", help="Id for the new run (default random).")
-@click.option(
-    "--durability",
-    type=click.Choice(["normal", "full"]),
-    help="Checkpoint durability: normal (WAL, no fsync per checkpoint; the default) or "
-    "full (fsync every checkpoint). Overrides settings.durability.",
-)
+@_durability
 @click.option(
     "--index",
     "index_path",
@@ -260,12 +264,7 @@ def exec_(
     help="Resume even though the pipeline changed, or with a --model, --index or tokenizer "
     "other than the run was started with (the trace records what changed).",
 )
-@click.option(
-    "--durability",
-    type=click.Choice(["normal", "full"]),
-    help="Checkpoint durability: normal (WAL, no fsync per checkpoint; the default) or "
-    "full (fsync every checkpoint). Overrides settings.durability.",
-)
+@_durability
 @click.option(
     "--index",
     "index_path",
