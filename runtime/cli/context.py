@@ -37,7 +37,7 @@ def context(run_id: str, step_id: str | None, as_json: bool, store: str | None) 
     if not packs:
         click.echo(f"run {run_id}: no model calls, so no context packs")
         return
-    render(packs)
+    render(packs, str(opened.path))
 
 
 # Past this many packs, or off a terminal, the tables are plain text: rich takes ~20 ms a
@@ -45,20 +45,25 @@ def context(run_id: str, step_id: str | None, as_json: bool, store: str | None) 
 RICH_PACKS = 20
 
 
-def render(packs: Sequence[Mapping[str, Any]]) -> None:
-    """Each pack as its header, a section table, an item table and its drop report."""
+def render(packs: Sequence[Mapping[str, Any]], store: str = "?") -> None:
+    """Each pack as its header, a section table, an item table and its drop report.
+
+    Every pack's cells are made before any is printed: a stored pack of another shape (a
+    damaged or hand-edited row) is STORE_ERROR naming it, not a traceback after half a listing.
+    """
+    cells = [_cells(pack, store) for pack in packs]
     if sys.stdout.isatty() and len(packs) <= RICH_PACKS:
         from rich.console import Console
 
         console = Console(no_color=not color_enabled(sys.stdout), highlight=False)
-        for pack in packs:
-            for table in tables(pack):
+        for one in cells:
+            for table in _tables(one):
                 console.print(table)
             console.print()
         return
     out = sys.stdout
-    for pack in packs:
-        for title, header, rows in plain(pack):
+    for one in cells:
+        for title, header, rows in one:
             out.write(title + "\n")
             if header:
                 out.write(_lines(header, rows))
@@ -66,9 +71,24 @@ def render(packs: Sequence[Mapping[str, Any]]) -> None:
 
 
 Rows = list[tuple[str, ...]]
+Cells = list[tuple[str, tuple[str, ...], Rows]]
 
 
-def plain(pack: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...], Rows]]:
+def _cells(pack: Mapping[str, Any], store: str) -> Cells:
+    """`plain(pack)`, or STORE_ERROR when the stored pack is not of the shape packs are written in."""
+    try:
+        return plain(pack)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        from runtime.errors import StoreError
+
+        what = f"pack {pack.get('seq', '?')} of run {pack.get('run_id', '?')}"
+        raise StoreError(
+            f"run store {store}: {what}: not a context pack ({type(exc).__name__}: {exc}); "
+            "`runtime context --json` prints it as stored (store damaged)"
+        ) from exc
+
+
+def plain(pack: Mapping[str, Any]) -> Cells:
     """The pack's header line and tables as (title, column names, rows) of strings."""
     t = pack.get("tokens") or {}
     head = (
@@ -110,7 +130,7 @@ def plain(pack: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...], Rows]]:
         )
         saved = r.get("tokens_saved")
         drops.append((str(r["id"]), r["reason"], "?" if saved is None else str(saved), detail))
-    out: list[tuple[str, tuple[str, ...], Rows]] = [
+    out: Cells = [
         (head, (), []),
         ("sections", SECTION_COLUMNS, sections),
         ("items", ITEM_COLUMNS, items),
@@ -161,11 +181,15 @@ def _lines(header: tuple[str, ...], rows: Rows) -> str:
 
 def tables(pack: Mapping[str, Any]) -> list[Any]:
     """The rich renderables of one pack (the same cells as `plain`)."""
+    return _tables(plain(pack))
+
+
+def _tables(cells: Cells) -> list[Any]:
     from rich.table import Table
     from rich.text import Text
 
     out: list[Any] = []
-    for title, header, rows in plain(pack):
+    for title, header, rows in cells:
         if not header:
             out.append(Text(title))
             continue

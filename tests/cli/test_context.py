@@ -188,3 +188,39 @@ def test_on_a_terminal_the_same_cells_are_rich_tables(runner, qa_run):
         assert title in text
         for row in rows:
             assert row[0] in text and row[1] in text
+
+
+DAMAGED_BODIES = [
+    "{}",
+    '{"sections": 5}',
+    '{"step_id": "a", "model": "m", "prompt_hash": 7, "sections": []}',
+    '{"step_id": "a", "model": "m", "prompt_hash": "h", "sections": [], "tokens": 5}',
+    '{"step_id": "a", "model": "m", "prompt_hash": "h", "sections": [],'
+    ' "drops": {"items": [{"id": 1}]}}',
+    '{"step_id": "a", "model": "m", "prompt_hash": "h",'
+    ' "sections": [{"type": "x", "tokens": 1, "items": [{"id": 1, "tokens": 2, "score": "hi"}]}]}',
+    '{"step_id": "a", "model": "m", "prompt_hash": "h",'
+    ' "sections": [{"type": "x", "tokens": 1, "budget": 5, "fraction": "z"}]}',
+]
+
+
+@pytest.mark.parametrize("body", DAMAGED_BODIES)
+def test_a_pack_of_the_wrong_shape_is_store_error_naming_it(runner, qa_run, tmp_path, body):
+    """A pack row edited to JSON of another shape is STORE_ERROR naming the pack, no traceback."""
+    import sqlite3
+
+    store = str(tmp_path / "runs.db")
+    source, db = sqlite3.connect(qa_run), sqlite3.connect(store)
+    source.backup(db)  # the store is in WAL mode: a file copy could miss its last writes
+    source.close()
+    with db:
+        db.execute("UPDATE run_context_packs SET body = ? WHERE run_id = 'qa' AND seq = 2", (body,))
+    db.close()
+    result = context(runner, store, "qa")
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "STORE_ERROR" in result.stderr and "pack 2 of run qa" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "pack 1 " not in result.stdout  # refused before any table, not half a listing
+    # --json prints the rows as stored (what a tool would repair from).
+    assert context(runner, store, "qa", "--json").exit_code == 0
