@@ -112,11 +112,19 @@ class OpenAIProvider:
                 delivered = True  # the reader saw it: this reply can no longer be retried
                 on_chunk(piece)
 
+        # Built once: a retry sends the same body (a long prompt is not folded and copied again).
+        body = wire.request_body(
+            request,
+            request.model or self.config.model,
+            stream,
+            structured_output=self.config.structured_output,
+            later_system=self.config.later_system,
+        )
         attempt = 0
         retries: list[dict[str, Any]] = []
         while True:
             try:
-                reply = self._exchange(request, stream, relay)
+                reply = self._exchange(body, stream, relay)
                 break
             except ModelError as exc:
                 retryable = exc.details.get("retryable", False) and not delivered
@@ -162,7 +170,7 @@ class OpenAIProvider:
             usage_from=usage_from,
             cached_tokens=reply.cached_tokens,
             retries=retries,
-            response_format=wire.response_format(request, self.config.structured_output),
+            response_format=body.get("response_format"),
         )
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
@@ -210,17 +218,10 @@ class OpenAIProvider:
         """
         return repr(Scrubber([self._key()]).text(text)[:200])
 
-    def _exchange(self, request: ModelRequest, stream: bool, relay: ChunkCallback) -> wire.Reply:
+    def _exchange(self, body: dict[str, Any], stream: bool, relay: ChunkCallback) -> wire.Reply:
         """One HTTP exchange; every failure leaves here as a model error (the one boundary)."""
         import httpx
 
-        body = wire.request_body(
-            request,
-            request.model or self.config.model,
-            stream,
-            structured_output=self.config.structured_output,
-            later_system=self.config.later_system,
-        )
         where = f"{self.config.name} ({self.url})"
         with self._lock:
             self.attempts += 1

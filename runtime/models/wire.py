@@ -99,8 +99,7 @@ def fold_later_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             pending.append(str(message.get("content") or ""))
             continue
         if pending and message.get("role") == "user" and isinstance(message.get("content"), str):
-            note = "\n\n".join(pending)
-            message = {**message, "content": f"{SYSTEM_NOTE}\n{note}\n\n{message['content']}"}
+            message = {**message, "content": f"{_note(pending)}\n\n{message['content']}"}
             pending = []
         elif pending:
             _note_after(out, pending)
@@ -111,9 +110,14 @@ def fold_later_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _note(pending: list[str]) -> str:
+    """Later system messages as one note for a user turn."""
+    return SYSTEM_NOTE + "\n" + "\n\n".join(pending)
+
+
 def _note_after(out: list[dict[str, Any]], pending: list[str]) -> None:
     """The notes appended to a user turn just before them, else as a user turn of their own."""
-    text = SYSTEM_NOTE + "\n" + "\n\n".join(pending)
+    text = _note(pending)
     last = out[-1] if out else None
     if last is not None and last.get("role") == "user" and isinstance(last.get("content"), str):
         out[-1] = {**last, "content": f"{last['content']}\n\n{text}"}
@@ -158,12 +162,11 @@ def _cached(data: dict[str, Any]) -> int | None:
     """Prompt tokens served from the server's cache: OpenAI/vLLM usage details, llama.cpp timings."""
     usage = data.get("usage")
     details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
-    if isinstance(details, dict) and _count(details.get("cached_tokens")) is not None:
-        return _count(details.get("cached_tokens"))
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
     timings = data.get("timings")
-    if isinstance(timings, dict):
-        return _count(timings.get("cache_n"))
-    return None
+    if cached is None and isinstance(timings, dict):
+        cached = _count(timings.get("cache_n"))
+    return cached
 
 
 def error_message(data: Any) -> str | None:
