@@ -12,6 +12,7 @@ Run: python benchmarks/otel.py
 from __future__ import annotations
 
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -21,12 +22,13 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from engine import REG, pipeline  # the same trivial tick/stop pipeline as the engine benchmark
+
 import runtime
-from runtime.contract.action import Action, Outcome
-from runtime.contract.registry import Registry
 from runtime.engine import Engine
 from runtime.engine.services import Services
-from runtime.format.pipeline import Pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "Which stored procedure writes the OrderLines table and who calls it?"
@@ -43,26 +45,6 @@ class Drop(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-class Tick(Action):
-    name = "tick"
-    runnable = True
-    outcomes = ("again", "done")
-
-    def run(self, ctx: Any) -> Outcome | None:
-        n = ctx.get("n") + 1
-        ctx.set("n", n)
-        return Outcome.to_branch("again" if n < ctx.step["limit"] else "done")
-
-
-class Stop(Action):
-    name = "stop"
-    runnable = True
-    terminal = True
-
-    def run(self, ctx: Any) -> Outcome | None:
-        return Outcome.end()
-
-
 def provider() -> tuple[TracerProvider, Drop]:
     exporter = Drop()
     p = TracerProvider(shutdown_on_exit=False)
@@ -71,16 +53,7 @@ def provider() -> tuple[TracerProvider, Drop]:
 
 
 def steps_per_second(steps: int, tracer_provider: Any, repeat: int = 5) -> float:
-    p = Pipeline.from_dict(
-        {
-            "settings": {"entry_step_id": "t", "max_steps": steps + 10},
-            "steps": [
-                {"id": "t", "action": "tick", "limit": steps, "on_again": "t", "on_done": "s"},
-                {"id": "s", "action": "stop"},
-            ],
-        }
-    )
-    engine = Engine(p, registry=Registry.from_classes(Tick, Stop), tracer_provider=tracer_provider)
+    engine = Engine(pipeline(steps), registry=REG, tracer_provider=tracer_provider)
     rates = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -92,11 +65,11 @@ def steps_per_second(steps: int, tracer_provider: Any, repeat: int = 5) -> float
 
 def code_qa_ms(index: str, tracer_provider: Any, repeat: int = 21) -> tuple[float, float]:
     """Median ms of a code_qa run without and with spans, the two runs taken in turn."""
-    pipeline = runtime.load(str(ROOT / "pipelines" / "code_qa.yaml"))
+    code_qa = runtime.load(str(ROOT / "pipelines" / "code_qa.yaml"))
     runners = [
         runtime.Runner(
-            pipeline,
-            services=Services(settings=pipeline.settings, index_path=index, base_dir=str(ROOT)),
+            code_qa,
+            services=Services(settings=code_qa.settings, index_path=index, base_dir=str(ROOT)),
             tracer_provider=given,
         )
         for given in (None, tracer_provider)
