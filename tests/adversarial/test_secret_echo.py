@@ -551,6 +551,11 @@ def echo_run(runner, tmp_path, monkeypatch, field: str, form: str, which: str, s
     for extra in (["--format", "jsonl"], ["--messages"], ["--threads"]):
         shown = runner.invoke(cli, ["trace", "r1", "--store", str(store), *extra])
         texts[" ".join(["trace", *extra])] = shown.stdout + shown.stderr
+    # What the run's context packs and its ledger show (docs/packs.md, docs/runs.md).
+    for command in (["context", "r1"], ["context", "r1", "--json"], ["verify", "r1", "--json"]):
+        shown = runner.invoke(cli, [*command, "--store", str(store)])
+        assert shown.exit_code == 0, (command, shown.output)
+        texts[" ".join(command)] = shown.stdout + shown.stderr
     files = sorted(tmp_path.glob("runs.db*")) + ([cassette] if cassette.exists() else [])
     return done, texts, files
 
@@ -628,3 +633,41 @@ def test_every_field_escape_and_stream_reaches_no_artifact(
     runner, tmp_path, monkeypatch, field, form, which, stream
 ):
     _check_echo(runner, tmp_path, monkeypatch, field, form, which, stream)
+
+
+def test_a_key_in_the_question_reaches_no_pack_ledger_row_or_their_commands(
+    runner, pipeline, tmp_path, monkeypatch
+):
+    """The question is the user's (kept as the run's input, for resume); the context packs,
+    the ledger (run_ledger and the events' ledger_* columns) and what `runtime context` and
+    `runtime verify` print hold ids, counts and hashes only."""
+    import sqlite3
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    store = str(tmp_path / "runs.db")
+    done = runner.invoke(
+        cli,
+        [
+            *("exec", str(pipeline), "--store", store, "--run-id", "r1"),
+            *("--input", f"question=why {KEY} and {json.dumps(KEY)[1:-1]}?"),
+        ],
+    )
+    assert done.exit_code == 0, done.output
+    db = sqlite3.connect(store)
+    queries = {
+        "packs": "SELECT * FROM run_context_packs",
+        "ledger": "SELECT * FROM run_ledger",
+        "events.ledger_*": "SELECT ledger_seq, ledger_kind, ledger_content, ledger_content_hash,"
+        " ledger_prev, ledger_hash, ledger_mac FROM events",
+    }
+    rows = {name: db.execute(sql).fetchall() for name, sql in queries.items()}
+    inputs = db.execute("SELECT * FROM run_inputs").fetchall()
+    db.close()
+    assert rows["packs"] and rows["ledger"] and any(r[2] for r in rows["events.ledger_*"])
+    assert readable(KEY, repr(inputs)) == ["text 0"]  # the check finds the key where it is
+    texts = {name: json.dumps(r) for name, r in rows.items()}
+    for command in (["context", "r1"], ["context", "r1", "--json"], ["verify", "r1", "--json"]):
+        shown = runner.invoke(cli, [*command, "--store", store])
+        assert shown.exit_code == 0, (command, shown.output)
+        texts[" ".join(command)] = shown.stdout + shown.stderr
+    assert [name for name, text in texts.items() if readable(KEY, text)] == []
