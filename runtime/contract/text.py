@@ -39,23 +39,45 @@ def invalid_text(value: Any, path: str = "") -> str | None:
     The answer reads `at ['a'][0]: a lone surrogate U+D800 at character 4` (no path for a
     bare string). Nesting is walked with an explicit stack: deep data is no RecursionError.
     """
-    stack: list[tuple[Any, str]] = [(value, path)]
+    # (item, its container's path, its key or index): a path is spelt out only for a
+    # container or a bad string, not for every string and number (this runs on every write).
+    stack: list[tuple[Any, str, Any]] = [(value, path, _TOP)]
     while stack:
-        item, where = stack.pop()
+        item, outer, key = stack.pop()
         if isinstance(item, str):
             index = surrogate_at(item)
             if index >= 0:
+                where = _path(outer, key)
                 return (f"at {where}: " if where else "") + describe(item, index)
         elif isinstance(item, dict):
+            where = _path(outer, key)
             pending = []
-            for key, inner in item.items():
-                if isinstance(key, str) and surrogate_at(key) >= 0:
-                    return f"a key at {where or 'the top'}: {describe(key, surrogate_at(key))}"
-                pending.append((inner, f"{where}[{key!r}]"))
+            for name, inner in item.items():
+                if isinstance(name, str) and surrogate_at(name) >= 0:
+                    return f"a key at {where or 'the top'}: {describe(name, surrogate_at(name))}"
+                if _may_hold(inner):
+                    pending.append((inner, where, name))
             stack.extend(reversed(pending))
         elif isinstance(item, list | tuple):
-            stack.extend(reversed([(inner, f"{where}[{i}]") for i, inner in enumerate(item)]))
+            where = _path(outer, key)
+            stack.extend(
+                reversed([(inner, where, i) for i, inner in enumerate(item) if _may_hold(inner)])
+            )
     return None
+
+
+_TOP = object()  # the key of the value invalid_text was given
+
+
+def _may_hold(item: Any) -> bool:
+    """Whether item may hold a lone surrogate (an ASCII string or a number cannot)."""
+    if type(item) is str:
+        return not item.isascii()
+    return isinstance(item, str | dict | list | tuple)
+
+
+def _path(outer: str, key: Any) -> str:
+    return outer if key is _TOP else f"{outer}[{key!r}]"
 
 
 def undecodable_bytes(text: str) -> str | None:
