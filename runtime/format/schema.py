@@ -210,9 +210,13 @@ SETTINGS_SCHEMA: dict[str, Any] = {
                         "description": "Fraction of the count kept free when the tokenizer "
                         "is not the model's own (default 0).",
                     },
-                    "timeout_seconds": {"type": "number", "exclusiveMinimum": 0},
-                    "connect_timeout_seconds": {"type": "number", "exclusiveMinimum": 0},
-                    "deadline_seconds": {"type": "number", "exclusiveMinimum": 0},
+                    "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
+                    "connect_timeout_seconds": {
+                        "type": "number",
+                        "exclusiveMinimum": 0,
+                        "maximum": 86400,
+                    },
+                    "deadline_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
                     "max_retries": {"type": "integer", "minimum": 0},
                     "cassette": {"type": "string"},
                     "headers": {"type": "object", "additionalProperties": {"type": "string"}},

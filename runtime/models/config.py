@@ -67,6 +67,9 @@ OPENAI_CHOICES = {
     "later_system": ("user", "keep"),
 }
 MAX_RETRIES_LIMIT = 10
+# A day: longer is a mistake, and beyond the timer's range (threading.TIMEOUT_MAX) the
+# deadline's timer thread would die with an OverflowError instead of ever firing.
+MAX_SECONDS = 86_400
 # Credentials belong in the environment (api_key_env), never in a pipeline file or a spec.
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -109,8 +112,11 @@ def _positive_int(value: Any, key: str, where: str) -> int:
 
 def _positive_number(value: Any, key: str, where: str) -> float:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:
-        raise _invalid(where, f"{key} must be a positive number of seconds, not {value!r}")
+    if not ok or not math.isfinite(value) or value <= 0 or value > MAX_SECONDS:
+        raise _invalid(
+            where,
+            f"{key} must be a positive number of seconds up to {MAX_SECONDS:,}, not {value!r}",
+        )
     return float(value)
 
 
@@ -328,9 +334,7 @@ def _adhoc_deadline(where: str) -> float:
         value = float(raw)
     except ValueError:
         value = 0.0
-    if not math.isfinite(value) or value <= 0:
-        raise _invalid(where, f"${DEADLINE_ENV} must be a positive number of seconds, not {raw!r}")
-    return value
+    return _positive_number(value, f"${DEADLINE_ENV}", where)
 
 
 def config_from_spec(

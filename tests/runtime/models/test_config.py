@@ -229,10 +229,24 @@ def test_an_adhoc_spec_takes_its_deadline_from_the_environment(monkeypatch):
     assert config_from_spec(spec, {}).deadline_seconds == DEFAULT_DEADLINE
     monkeypatch.setenv("RUNTIME_DEADLINE_SECONDS", "600")
     assert config_from_spec(spec, {}).deadline_seconds == 600.0
-    for bad in ("0", "-5", "soon", "nan", "inf"):
+    for bad in ("0", "-5", "soon", "nan", "inf", "1e300", "86400.5"):
         monkeypatch.setenv("RUNTIME_DEADLINE_SECONDS", bad)
         with pytest.raises(ModelError) as info:
             config_from_spec(spec, {})
         assert info.value.code == "MODEL_CONFIG_INVALID" and "RUNTIME_DEADLINE_SECONDS" in (
             info.value.message
         )
+
+
+@pytest.mark.parametrize("key", ["deadline_seconds", "timeout_seconds", "connect_timeout_seconds"])
+def test_a_time_beyond_a_day_is_refused_before_its_timer_would_overflow(key):
+    # 1e300 s once reached threading.Timer, whose thread died with an OverflowError
+    # traceback on stderr while the call went on without a deadline.
+    from runtime.models.config import config_from_settings
+
+    entry = {"provider": "openai", "model": "m", "base_url": "http://127.0.0.1:1/v1"}
+    ok = config_from_settings("x", {**entry, key: 86_400, "deadline_seconds": 86_400})
+    assert getattr(ok, key) == 86_400.0
+    with pytest.raises(ModelError) as info:
+        config_from_settings("x", {**entry, key: 1e300})
+    assert info.value.code == "MODEL_CONFIG_INVALID" and "86,400" in info.value.message
