@@ -157,7 +157,7 @@ def _system(
             "id": f"prompt:{key}",
             "source": "prompt file",
             "reason": "the step's prompt_key",
-            "content_hash": _hash(content),
+            "content_hash": packs.content_hash(content),
         },
     )
     b.reason("policy", f"the step's system prompt ({key})")
@@ -180,10 +180,6 @@ def _system(
                 b.drop(
                     f"preamble:{what}", "truncation", None, count=dropped, by="fidelity preamble"
                 )
-
-
-def _hash(text: str) -> str:
-    return packs.content_hash(text)
 
 
 def _user_parts(
@@ -217,7 +213,7 @@ def _user_parts(
             "id": sid,
             "source": f"variable {source}",
             "reason": f"user part {name!r} reads {source}",
-            "content_hash": _hash(text),
+            "content_hash": packs.content_hash(text),
         }
         if s is not None:
             item["summary_ref"] = s["pointer_id"]
@@ -282,7 +278,7 @@ def _knowledge(
         s = summarised.get(sid)
         # Sent summarised: its header and the pointer block its text went behind.
         tokens = count(split_block(blk)[0]) + s["tokens_after"] if s is not None else count(blk)
-        item: dict[str, Any] = {"id": nid, "content_hash": _hash(blk)}
+        item: dict[str, Any] = {"id": nid, "content_hash": packs.content_hash(blk)}
         if node is None:  # a string between the blocks (a divider a step added)
             item.update(source="assembly", score=None, reason="text between evidence blocks")
         elif nid in hits:
@@ -416,7 +412,7 @@ def _tools(ctx: StepContext, b: packs.PackBuilder, count: Any) -> None:
                 "id": f"tool:{name}",
                 "source": "tool spec",
                 "reason": "offered by the step's tools:",
-                "content_hash": _hash(spec),
+                "content_hash": packs.content_hash(spec),
             },
         )
     b.reason("tools", "the step's `tools:`")
