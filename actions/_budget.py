@@ -310,11 +310,17 @@ def _auto_compact(
         summary_tokens=cfg.summary_tokens,
         way_back=way_back,
     )
-    new = [e for e in result.entries if e["pointer_id"] not in known]
+    _count_new(ctx, result.entries, known)
+    return result
+
+
+def _count_new(ctx: StepContext, entries: list[dict[str, Any]], known: set[str]) -> None:
+    """Count the compactions of entries in the run, but not one compacted on an earlier call
+    (its pointer is among the run's known ones)."""
+    new = [e for e in entries if e["pointer_id"] not in known]
     if new:
         ctx.increment("compactions", len(new))
         ctx.increment("tokens_saved", sum(e["tokens_before"] - e["tokens_after"] for e in new))
-    return result
 
 
 def compact_round(
@@ -442,7 +448,6 @@ def _compact(
     )
     if not result.entries:
         return None
-    new = [e for e in result.entries if e["pointer_id"] not in known]
     ctx.trace(
         "THREAD_COMPACTED",
         thread=thread_id,
@@ -451,9 +456,7 @@ def _compact(
         tokens_after=result.tokens_after,
         map=[{**e, "index": e["index"] + start} for e in result.entries],
     )
-    if new:  # a turn compacted on an earlier call is not counted again
-        ctx.increment("compactions", len(new))
-        ctx.increment("tokens_saved", sum(e["tokens_before"] - e["tokens_after"] for e in new))
+    _count_new(ctx, result.entries, known)
     return {
         "tokens_before": result.tokens_before,
         "tokens_after": result.tokens_after,
