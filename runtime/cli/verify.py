@@ -37,8 +37,15 @@ def verify(run_id: str, store: str | None, as_json: bool) -> None:
             code="LEDGER_MISSING",
         )
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        click.echo(json.dumps(report.to_dict(), indent=2, default=_stored_text))
     else:
         click.echo(describe_report(report))
     if not report.ok:
         sys.exit(1)
+
+
+def _stored_text(value: object) -> str:
+    """A value a damaged row holds as bytes (an entry number edited to text), as text."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -307,8 +307,7 @@ class Report:
         """The first entry that does not match (rows no entry covers come last)."""
         if not self.mismatches:
             return None
-        big = 1 << 62
-        return min(self.mismatches, key=lambda m: big if m.seq is None else m.seq)
+        return min(self.mismatches, key=_order)
 
     def to_dict(self) -> dict[str, Any]:
         first = self.first
@@ -326,8 +325,12 @@ class Report:
 
 
 def sorted_mismatches(found: list[Mismatch]) -> list[Mismatch]:
-    big = 1 << 62
-    return sorted(found, key=lambda m: big if m.seq is None else m.seq)
+    return sorted(found, key=_order)
+
+
+def _order(m: Mismatch) -> int:
+    """By entry number; one without a number, or an edited one that is not, sorts last."""
+    return m.seq if isinstance(m.seq, int) else 1 << 62
 
 
 def _s(value: Any) -> Any:
