@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kill_support import cli, comparable, write_folder
 
 import runtime
 from runtime.engine import blobs
-from runtime.engine.trace import without_timing
 from runtime.errors import StepRuntimeError, StoreError
 
 PIPELINE = """\
@@ -64,31 +62,14 @@ DOC = (LINE * (2_000_000 // len(LINE) + 1))[:2_000_000] + "caf\u00e9 \u2014 the 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("big")
-    (root / "prompts").mkdir()
-    (root / "prompts" / "answer.md").write_text("Answer from the document.\n")
-    (root / "p.yaml").write_text(PIPELINE)
-    (root / "in.json").write_text(json.dumps({"question": "What is acknowledged?", "doc": DOC}))
-    return root
-
-
-def cli(folder: Path, *args: str, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "STEP_RUNTIME_KILL_AT"}
-    if kill_at:
-        env["STEP_RUNTIME_KILL_AT"] = kill_at
-    return subprocess.run(
-        [sys.executable, "-m", "runtime", *args],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    inputs = {"question": "What is acknowledged?", "doc": DOC}
+    prompts = {"answer": "Answer from the document.\n"}
+    return write_folder(tmp_path_factory.mktemp("big"), PIPELINE, prompts, inputs)
 
 
 def exec_(folder: Path, db: str, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
     args = ("exec", "p.yaml", "--inputs", "in.json", "--max-input-bytes", "8000000")
-    return cli(folder, *args, "--store", db, "--run-id", "k", kill_at=kill_at)
+    return cli(folder, *args, "--store", db, "--run-id", "k", kill_at=kill_at, timeout=300)
 
 
 def text_bytes(db: str) -> dict[str, int]:
@@ -135,20 +116,12 @@ def test_a_large_input_is_stored_once_for_the_inputs_the_variable_and_the_pointe
     assert saved["variables"]["doc"] is saved["inputs"]["doc"]  # read once, not twice
 
 
-def comparable(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {k: v for k, v in e.items() if k != "seq"}
-        for e in without_timing(events)
-        if e["type"] != "RUN_RESUMED"
-    ]
-
-
 @pytest.mark.parametrize("kill_at", ["checkpoint:1", "checkpoint:2"])
 def test_a_run_killed_with_a_large_input_resumes_identically(folder, reference, kill_at):
     db = str(folder / f"killed{kill_at[-1]}.db")
     killed = exec_(folder, db, kill_at=kill_at)
     assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
-    done = cli(folder, "resume", "k", "--store", db)
+    done = cli(folder, "resume", "k", "--store", db, timeout=300)
     assert done.returncode == 0, done.stderr
     store = runtime.SqliteRunStore(db)
     assert comparable(store.events("k")) == comparable(reference["events"])
@@ -225,7 +198,7 @@ def test_a_damaged_stored_value_is_store_error_not_another_value(
     assert not report.ok
     if damage not in ("a changed character", "a reference's length"):
         return  # the command line's answer to two of them (a process each: the fast suite)
-    out = cli(folder, "resume", "k", "--store", db)
+    out = cli(folder, "resume", "k", "--store", db, timeout=300)
     assert out.returncode != 0, out.stdout
     assert "STORE_ERROR" in out.stderr and "Traceback" not in out.stderr, out.stderr
 

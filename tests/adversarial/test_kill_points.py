@@ -15,14 +15,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kill_support import cli, comparable, long_history, write_folder
 
 import runtime
-from runtime.engine.trace import without_timing
 
 PIPELINE = """\
 name: kills
@@ -58,54 +57,19 @@ steps:
     action: finalize
     source: last_model_response
 """
-DOC = "".join(f"line {i}: the quick brown fox number {i} jumps over the dog.\n" for i in range(600))
-
-
-def _history() -> list[dict[str, str]]:
-    turns = []
-    for i in range(6):
-        turns.append({"role": "user", "content": f"question {i}"})
-        turns.append({"role": "assistant", "content": DOC[: 3000 + i]})
-    return turns
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("kills")
-    (root / "prompts").mkdir()
-    (root / "prompts" / "sys.md").write_text("You answer from the document.\n")
-    (root / "p.yaml").write_text(PIPELINE)
-    (root / "in.json").write_text(json.dumps({"question": "q", "conversation_history": _history()}))
-    return root
-
-
-def cli(folder: Path, *args: str, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "STEP_RUNTIME_KILL_AT"}
-    if kill_at:
-        env["STEP_RUNTIME_KILL_AT"] = kill_at
-    return subprocess.run(
-        [sys.executable, "-m", "runtime", *args],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    inputs = {"question": "q", "conversation_history": long_history()}
+    prompts = {"sys": "You answer from the document.\n"}
+    return write_folder(tmp_path_factory.mktemp("kills"), PIPELINE, prompts, inputs)
 
 
 def exec_(folder: Path, db: str, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
     # The same run id in both stores: it is part of the run-context preamble a model sees.
     args = ("exec", "p.yaml", "--inputs", "in.json", "--store", db, "--run-id", "k")
     return cli(folder, *args, kill_at=kill_at)
-
-
-def comparable(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Events without timing, numbering and the events a resume adds."""
-    return [
-        {k: v for k, v in e.items() if k != "seq"}
-        for e in without_timing(events)
-        if e["type"] != "RUN_RESUMED"
-    ]
 
 
 @pytest.fixture(scope="module")

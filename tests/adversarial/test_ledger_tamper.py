@@ -23,12 +23,12 @@ import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kill_support import cli as _cli
+from kill_support import long_history, write_folder
 from sqlite_cells import Value, values
 
 import runtime
@@ -70,8 +70,6 @@ steps:
     action: finalize
     source: last_model_response
 """
-DOC = "".join(f"line {i}: the quick brown fox number {i} jumps over the dog.\n" for i in range(600))
-
 # table -> the columns whose bytes the ledger covers; every other column of the table is
 # not covered, and a changed byte there must pass.
 COVERED: dict[str, set[str]] = {
@@ -98,22 +96,11 @@ SLOW_BYTES = 64  # values up to this long get every byte edited in the slow chun
 SLOW_SAMPLE = 24  # bytes edited of each longer value in the slow chunk
 
 
-def _history() -> list[dict[str, str]]:
-    turns = []
-    for i in range(6):
-        turns.append({"role": "user", "content": f"question {i}"})
-        turns.append({"role": "assistant", "content": DOC[: 3000 + i]})
-    return turns
-
-
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("ledger")
-    (root / "prompts").mkdir()
-    (root / "prompts" / "sys.md").write_text("You answer from the document.\n")
-    (root / "p.yaml").write_text(PIPELINE)
-    (root / "in.json").write_text(json.dumps({"question": "q", "conversation_history": _history()}))
-    return root
+    inputs = {"question": "q", "conversation_history": long_history()}
+    prompts = {"sys": "You answer from the document.\n"}
+    return write_folder(tmp_path_factory.mktemp("ledger"), PIPELINE, prompts, inputs)
 
 
 @pytest.fixture(scope="module")
@@ -302,20 +289,6 @@ def test_runtime_verify_names_the_entry_of_an_edited_model_call(stored, tmp_path
 
 
 # --- a run killed with SIGKILL and resumed verifies clean -------------------------------
-
-
-def _cli(folder: Path, *args: str, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "STEP_RUNTIME_KILL_AT"}
-    if kill_at:
-        env["STEP_RUNTIME_KILL_AT"] = kill_at
-    return subprocess.run(
-        [sys.executable, "-m", "runtime", *args],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.mark.parametrize(
