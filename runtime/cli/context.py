@@ -27,8 +27,11 @@ def context(run_id: str, step_id: str | None, as_json: bool, store: str | None) 
     packs = opened.packs(run_id, step_id)
     if not packs and step_id is not None:
         steps = list(dict.fromkeys(p["step_id"] for p in opened.packs(run_id)))
+        shown = repr(step_id)
+        if len(step_id) > 200:  # a name pasted by mistake is not echoed whole
+            shown = f"{step_id[:200]!r}… ({len(step_id):,} characters)"
         raise UsageError(
-            f"run {run_id}: step {step_id!r} made no model call; steps that did: "
+            f"run {run_id}: step {shown} made no model call; steps that did: "
             f"{', '.join(steps) or 'none'}"
         )
     if as_json:

@@ -68,3 +68,11 @@ def test_odd_run_ids_are_run_not_found(runner, store, run_id):
         _coded(result)
         assert result.exit_code == 1 and "RUN_NOT_FOUND" in result.stderr, result.output
     assert runner.invoke(cli, ["verify", "r", "--store", store]).exit_code == 0
+
+
+def test_a_huge_step_name_is_a_usage_error_that_does_not_echo_it_whole(runner, store):
+    step = "s" * 200_000
+    result = runner.invoke(cli, ["context", "r", "--step", step, "--store", store])
+    _coded(result)
+    assert result.exit_code == 2 and "made no model call" in result.stderr
+    assert len(result.stderr) < 1_000
