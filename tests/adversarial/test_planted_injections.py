@@ -60,7 +60,7 @@ def planted(tmp_path_factory):
     return store
 
 
-def _pipeline(tmp_path: Path, mode: str, include: bool = True) -> Pipeline:
+def _pipeline(tmp_path: Path, mode: str, include: bool = True, compact: bool = False) -> Pipeline:
     prompts = tmp_path / "prompts"
     prompts.mkdir(exist_ok=True)
     for name in ("plan", "think", "answer"):
@@ -135,6 +135,8 @@ def _pipeline(tmp_path: Path, mode: str, include: bool = True) -> Pipeline:
     }
     if not include:
         del data["settings"]["fidelity"]
+    if compact:  # compaction fires on every call: the evidence goes behind summaries
+        data["settings"]["context_policy"] = {"compact": {"at": 0.01, "max_items": 1}}
     return Pipeline.from_dict(data, file=str(tmp_path / "planted.yaml"))
 
 
@@ -205,3 +207,58 @@ def test_the_question_is_shown_only_when_the_author_includes_it(tmp_path, plante
     assert result.status == "completed", result.error
     for call in _calls(result).values():
         assert "usp_Evil do to" not in call["messages"][0]["content"]
+
+
+@pytest.fixture(scope="module")
+def planted_long(tmp_path_factory):
+    """The same plants in files long enough that a summary is smaller than the text."""
+    root = tmp_path_factory.mktemp("planted_long")
+    (root / "src" / "sql").mkdir(parents=True)
+    (root / "src" / "docs").mkdir(parents=True)
+    body = "".join(
+        f"    UPDATE Sales.Orders SET Status = {n} WHERE OrderId = {n}; -- {PLANTED_FILE}\n"
+        for n in range(120)
+    )
+    (root / "src" / "sql" / "usp_Evil.sql").write_text(
+        EVIL_SQL.replace("    UPDATE Sales.Orders SET Status = 9;\n", body)
+    )
+    (root / "src" / "docs" / "guide.md").write_text(GUIDE_MD + f"\n{PLANTED_FILE}.\n" * 80)
+    store = open_store(str(root / "index.db"), create=True)
+    index_paths(store, [str(root / "src")], repository="shop")
+    return store
+
+
+@pytest.mark.parametrize("mode", ["full", "summary:high"])
+def test_compacted_evidence_still_reaches_no_system_message(tmp_path, planted_long, mode):
+    """With `context_policy.compact` the planted text is summarised behind pointers; the
+    summaries (extractive: the plant's own words) stay in the user part, never the system."""
+    pipeline = _pipeline(tmp_path, mode, compact=True)
+    services = Services(
+        settings=pipeline.settings,
+        base_dir=str(tmp_path),
+        node_store=planted_long,
+        model_spec=f"replay:{_cassette(tmp_path)}",
+    )
+    result = Engine(pipeline, services=services).run(
+        {"question": "What does usp_Evil do to the orders?"}, run_id=f"compact-{mode[-4:]}"
+    )
+    assert result.status == "completed", result.error
+    calls = _calls(result)
+    assert set(calls) == {"plan", "think", "answer"}
+    decisions = [e for e in result.events if e["type"] == "CONTEXT_BUDGET_DECISION"]
+    assert decisions and all(d["compacted_by"] == "trigger" for d in decisions), [
+        (d["step_id"], d["compaction_trigger"], d["compacted_by"]) for d in decisions
+    ]
+    for step, call in calls.items():
+        system = [m["content"] for m in call["messages"] if m["role"] == "system"]
+        assert system, step
+        for text in system:
+            for marker in MARKERS:
+                assert marker not in text, (mode, step, marker)
+        user = call["messages"][-1]
+        assert user["role"] == "user" and "[ELIDED ptr-" in user["content"], step
+    # The plants still reach the model, as data in the user part (a summary or the reply).
+    assert "PLANTEDREPLY" in calls["answer"]["messages"][-1]["content"]
+    assert any(
+        m in calls["answer"]["messages"][-1]["content"] for m in ("PLANTEDFILE", "PLANTEDHIT")
+    )
