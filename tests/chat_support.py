@@ -13,7 +13,42 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
-class Server:
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that logs nothing and reads a request's JSON body."""
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def json_body(self) -> Any:
+        return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+
+
+class LocalServer:
+    """An HTTP server on 127.0.0.1 (a free port), served from a daemon thread."""
+
+    httpd: ThreadingHTTPServer
+    thread: threading.Thread
+
+    def listen(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        """Bind the port; `start` serves it."""
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+
+    def start(self) -> None:
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Server(LocalServer):
     """Answers chat completions from a script: a string is a reply, an int an HTTP status."""
 
     def __init__(self, script: list[Any]) -> None:
@@ -24,12 +59,9 @@ class Server:
         self.release = threading.Event()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.json_body()
                 server.bodies.append(body)
                 step = server.script.pop(0) if server.script else "default"
                 if step == "hang":
@@ -66,17 +98,9 @@ class Server:
                 self.end_headers()
                 self.wfile.write(json.dumps(reply).encode())
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.listen(Handler)
+        self.start()
 
     def close(self) -> None:
         self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().close()

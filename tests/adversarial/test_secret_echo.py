@@ -12,14 +12,13 @@ import html
 import io
 import json
 import re
-import threading
 import urllib.parse
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chat_support import LocalServer, QuietHandler
 
 import runtime
 from runtime.cli import cli
@@ -407,7 +406,7 @@ def scripted(field: str, form: str, key: str, stream: bool) -> tuple[int, str, l
     return 200, "text/event-stream", body
 
 
-class EchoServer:
+class EchoServer(LocalServer):
     """A chat-completions server on 127.0.0.1: the first reply carries the key, later ones don't.
 
     `key_b` is the other model's key, which this server knows without being sent it.
@@ -419,12 +418,9 @@ class EchoServer:
         self.asked_to_stream: list[bool] = []
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.json_body()
                 sent = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
                 server.requests += 1
                 server.asked_to_stream.append(bool(body.get("stream")))
@@ -443,22 +439,14 @@ class EchoServer:
                     self.wfile.write(piece)
                     self.wfile.flush()
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.listen(Handler)
 
     def __enter__(self) -> EchoServer:
-        self.thread.start()
+        self.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.close()
 
 
 _SHORT = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from chat_support import LocalServer, QuietHandler
 
 from runtime.errors import ModelError
 from runtime.models import ModelConfig, ModelRequest, wire
@@ -129,7 +128,7 @@ def test_keep_sends_the_messages_as_they_are():
 # --- a real server -----------------------------------------------------------------------
 
 
-class StrictServer:
+class StrictServer(LocalServer):
     """llama.cpp-like: streams SSE with usage and cache counts, refuses a system message that
     is not first (as strict chat templates do), fails the first `fail` requests with 503."""
 
@@ -140,12 +139,9 @@ class StrictServer:
         self.bodies: list[dict[str, Any]] = []
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.json_body()
                 server.bodies.append(body)
                 roles = [m["role"] for m in body["messages"]]
                 if server.fail > 0 or "system" in roles[1:]:
@@ -180,21 +176,10 @@ class StrictServer:
                     self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
                 self.wfile.write(b"data: [DONE]\n\n")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.listen(Handler)
         # A client that gave up (the timeout test) leaves a broken pipe: expected, not news.
         self.httpd.handle_error = lambda *args: None  # type: ignore[method-assign]
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.start()
 
 
 @pytest.fixture
