@@ -29,19 +29,10 @@ from typing import Any
 import pytest
 from kill_support import cli as _cli
 from kill_support import long_history, write_folder
+from ledger_support import open_and_verify
 from sqlite_cells import Value, values
 
 import runtime
-
-
-def open_and_verify(path: str, run_id: str, key: bytes | None) -> Any:
-    """What `runtime verify` computes, without the command line."""
-    store = runtime.SqliteRunStore(str(path), create=False)
-    try:
-        return store.verify_ledger(run_id, key)
-    finally:
-        store.close()
-
 
 PIPELINE = """\
 name: ledgered

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from ledger_support import open_and_verify
 
-import runtime
 from runtime.cli import cli
 from runtime.context.pointers import make_pointer
 from runtime.contract.action import Action, Outcome
@@ -59,15 +59,6 @@ class Stop(Action):
 
     def run(self, ctx: Any) -> Outcome | None:
         return Outcome.end()
-
-
-def open_and_verify(path: str, run_id: str, key: bytes | None) -> Any:
-    """What `runtime verify` computes, without the command line."""
-    store = runtime.SqliteRunStore(str(path), create=False)
-    try:
-        return store.verify_ledger(run_id, key)
-    finally:
-        store.close()
 
 
 PIPELINE = Pipeline.from_dict(
