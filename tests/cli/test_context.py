@@ -224,3 +224,21 @@ def test_a_pack_of_the_wrong_shape_is_store_error_naming_it(runner, qa_run, tmp_
     assert "pack 1 " not in result.stdout  # refused before any table, not half a listing
     # --json prints the rows as stored (what a tool would repair from).
     assert context(runner, store, "qa", "--json").exit_code == 0
+
+
+def test_control_characters_from_indexed_text_are_shown_escaped(runner, qa_run):
+    """A node id comes from a file (a Markdown heading): its terminal escapes (a title set,
+    the screen cleared) are printed as visible escapes, never sent to the terminal."""
+    from runtime.cli.context import plain
+
+    [answer] = json.loads(context(runner, qa_run, "qa", "--json", "--step", "answer").stdout)
+    hostile = "guide.md#Orders \x1b]0;pwned\x07 \x1b[2J\x9b31m red\r\nline"
+    [section] = [s for s in answer["sections"] if s.get("items")][:1]
+    section["items"][0]["id"] = hostile
+    answer["step_id"] = hostile
+    strings = [title for title, _, _ in plain(answer)]
+    strings += [cell for _, _, rows in plain(answer) for row in rows for cell in row]
+    text = "\n".join(strings)
+    for char in "\x1b\x07\x9b\r":
+        assert char not in text
+    assert "guide.md#Orders \\x1b]0;pwned\\x07 \\x1b[2J\\x9b31m red\\r\\nline" in text
