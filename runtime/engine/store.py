@@ -559,6 +559,13 @@ class SqliteRunStore:
 
     @staticmethod
     def _migrate(db: sqlite3.Connection) -> None:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and "migrations" not in tables:
+            # Another program's database (an index given as --store, a typo): never add the
+            # run store's tables to it.
+            raise StoreError(
+                f"not a run store: it holds other tables ({', '.join(sorted(tables)[:5])})"
+            )
         db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL)")
         done = {r[0] for r in db.execute("SELECT name FROM migrations")}
         for name, fn in MIGRATIONS:
