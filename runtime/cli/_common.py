@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO, TypeVar
@@ -21,6 +22,20 @@ existing_store = click.option(
     type=click.Path(dir_okay=False),
     help="Run store (default $RUNTIME_STORE or .runtime/runs.db); it must exist.",
 )
+
+
+# Control characters (C0, DEL, C1) and bidi overrides: text the CLI prints can come from
+# indexed files (a Markdown heading is a node id) or a model's reply, and a terminal would
+# obey an escape in it (set its title, clear the screen, reorder a line). Shown, not obeyed.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(text: str, *, lines: bool = True) -> str:
+    """text with its control characters as visible escapes (\\x1b, \\u202e); with lines,
+    line feeds and tabs stay as they are (an answer), else they are escaped too (a cell)."""
+    pattern = _CONTROL_BUT_LINES if lines else _CONTROL
+    return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def color_enabled(stream: TextIO) -> bool:

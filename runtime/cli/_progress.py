@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from runtime.cli._common import color_enabled
+from runtime.cli._common import color_enabled, shown
 
 
 class Progress:
@@ -66,7 +66,7 @@ class Progress:
             self._stop_spinner()
             self._piece = []
         self._piece.append(text)
-        self._out.write(text)
+        self._out.write(shown(text))  # a reply's escape sequences are shown, not obeyed
         self._out.flush()
 
     # --- lifetime -------------------------------------------------------------------------

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
 
-from runtime.cli._common import color_enabled, existing_store, handle_errors
+from runtime.cli._common import color_enabled, existing_store, handle_errors, shown
 
 
 @click.command()
@@ -145,14 +144,10 @@ def plain(pack: Mapping[str, Any]) -> Cells:
     return [(_shown(t), h, [tuple(_shown(c) for c in r) for r in rows]) for t, h, rows in out]
 
 
-# Control characters (C0, DEL, C1) and bidi overrides: an id or query comes from indexed
-# text (a Markdown heading is a node id), so a terminal escape in it is shown, not obeyed.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
 def _shown(cell: str) -> str:
-    """cell with its control characters as visible escapes (\\x1b, \\n, \\u202e)."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), cell)
+    """cell with its control characters, line feeds too, as visible escapes (an id or a
+    query comes from indexed text: runtime/cli/_common.shown)."""
+    return shown(cell, lines=False)
 
 
 SECTION_COLUMNS = ("section", "budget", "tokens", "items", "reason")

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from runtime.cli._common import handle_errors
+from runtime.cli._common import handle_errors, shown
 
 
 @click.command()
@@ -328,9 +328,9 @@ def search(
         words = query_terms(query)[0] or named_words(query)
         # Stop words and single letters are not searched: say so rather than "no match".
         click.echo("no hits" if words else "no hits: the query has no word to search for")
-    for h in hits:
-        click.echo(
-            f"{h['rank']:>3}. {h['score']:>9.4f}  {h['kind']:<10} {h['name']:<32} {h['path']}"
-        )
+    for h in hits:  # names and paths come from indexed files: no escape is obeyed
+        name, path = shown(str(h["name"]), lines=False), shown(str(h["path"]), lines=False)
+        click.echo(f"{h['rank']:>3}. {h['score']:>9.4f}  {h['kind']:<10} {name:<32} {path}")
         for child in h.get("children", ()):
-            click.echo(f"{'':>16}+ {child}")  # matched as part of this hit (an index, ...)
+            # matched as part of this hit (an index, ...)
+            click.echo(f"{'':>16}+ {shown(str(child), lines=False)}")

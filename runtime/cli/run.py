@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from runtime.cli._common import existing_store, handle_errors
+from runtime.cli._common import shown as safe
 from runtime.cli._inputs import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_DEPTH,
@@ -57,7 +58,7 @@ def _print_result(
     result: Any, as_json: bool, progress: Any = None, store: str | None = None
 ) -> None:
     # A value the terminal already showed as a streamed reply is not printed again.
-    shown = progress.already_shown if progress is not None else (lambda text: False)
+    already = progress.already_shown if progress is not None else (lambda text: False)
     warnings = list(progress.warnings) if progress is not None else []
     if as_json:
         out = result.to_dict()
@@ -69,13 +70,15 @@ def _print_result(
         click.echo(f"warning: {line}", err=True)
     if result.error is None:
         out = result.output
+        # An answer quotes indexed text and a model's words: no terminal escape is obeyed.
         if isinstance(out, dict):
             for key, value in out.items():
-                if isinstance(value, str) and shown(value):
+                if isinstance(value, str) and already(value):
                     continue
-                click.echo(f"{key}: {value if isinstance(value, str) else json.dumps(value)}")
-        elif out is not None and not (isinstance(out, str) and shown(out)):
-            click.echo(out if isinstance(out, str) else json.dumps(out, indent=2))
+                text = value if isinstance(value, str) else json.dumps(value)
+                click.echo(f"{key}: {safe(text)}")
+        elif out is not None and not (isinstance(out, str) and already(out)):
+            click.echo(safe(out if isinstance(out, str) else json.dumps(out, indent=2)))
         click.echo(f"[run {result.run_id} completed in {len(result.steps)} steps]", err=True)
     else:
         e = result.error
