@@ -30,6 +30,8 @@ class Services:
         on_model_chunk: Callable[[str], None] | None = None,
         pointer_store: Any = None,
         environ: Mapping[str, str] | None = None,
+        memory_store: Any = None,
+        memory_path: str | None = None,
     ) -> None:
         self.settings: Mapping[str, Any] = settings or {}
         self._token_counters: dict[str, Any] = {}
@@ -53,6 +55,11 @@ class Services:
         # What model specs resolve against ($OPENAI_BASE_URL, ...); None: os.environ. A
         # resumed run's copy reads the values its start recorded (runtime/engine/choices.py).
         self.environ = environ
+        # Memories, experiences and values (runtime/retrieval/memory_store.py): the store
+        # given, else the file memory_path, $RUNTIME_MEMORIES or memories.db beside the index.
+        self._memory_store = memory_store
+        self._memory_store_given = memory_store is not None
+        self.memory_path = memory_path
         self._lock = threading.Lock()
 
     @property
@@ -91,6 +98,8 @@ class Services:
             on_model_chunk=self.on_model_chunk,
             pointer_store=self.pointer_store,
             environ=environ,
+            memory_store=self._memory_store if self._memory_store_given else None,
+            memory_path=self.memory_path,
         )
 
     def tokens(self, encoding: str | None = None) -> Any:
@@ -173,3 +182,17 @@ class Services:
 
                 self._node_store = open_store(self.index_path)
             return self._node_store
+
+    @property
+    def memory_store(self) -> Any:
+        """The memory store (MemoryStore): given, else opened from memory_path, settings
+        `memory_store`, $RUNTIME_MEMORIES or memories.db beside the node index."""
+        with self._lock:
+            if self._memory_store is None:
+                from runtime.retrieval.memory_store import open_memory_store
+
+                named = self.memory_path or self.settings.get("memory_store")
+                self._memory_store = open_memory_store(
+                    str(named) if named else None, index_path=self.index_path
+                )
+            return self._memory_store

@@ -146,6 +146,13 @@ SETTINGS_SCHEMA: dict[str, Any] = {
             "description": "Prompt folder: beside the file, else the working directory, else a "
             "folder above the file (docs/format.md).",
         },
+        "memory_store": {
+            "type": "string",
+            "minLength": 1,
+            "description": "The memory store file (memories, experiences, values; relative "
+            "to the working directory). Default $RUNTIME_MEMORIES, else memories.db beside "
+            "the node index (docs/assembly.md).",
+        },
         "search_type": {"type": "string", "enum": ["bm25", "semantic", "hybrid"]},
         "default_search_method": {
             "type": "string",
