@@ -28,6 +28,7 @@ from typing import Any
 from actions import _summarisers  # noqa: F401  (installs the code summariser)
 from runtime.context import policy as pol
 from runtime.context.blocks import HEADER, as_evidence, split_block, split_blocks
+from runtime.context.joined import whole
 from runtime.context.pointers import store_of
 from runtime.contract.action import StepContext
 from runtime.errors import ContextOverflowError
@@ -116,6 +117,7 @@ def prompt_of(
             if built.is_content(content):
                 out.append(built)
                 continue
+        content = whole(content)  # not segmented as the step's parts: sent as one text
         role = m["role"]
         if role == "user" and i < thread_turns:
             # An earlier turn of the thread: summarisable, but its evidence blocks keep their
@@ -176,6 +178,8 @@ def stage(
     preamble's share of the system message (a reject names it when it is the cause).
     """
     cfg = pol.policy_config(ctx.settings, ctx.step)
+    if not cfg.enabled or cfg.dry_run:  # the prompt goes as assembled: as whole text
+        messages = plain(messages)
     config = provider.config
     margin = config.token_margin  # the tokenizer may not be the model's (docs/models.md)
     profile = pol.model_profile(config.name, config.context_window, reserve, cfg, margin)
@@ -236,7 +240,7 @@ def stage(
     data.update(tokenizer=config.tokenizer, token_margin=margin)
     if decision.decision == "reject":
         # The prompt as it came, for `runtime trace RUN --step ID --full` (or --messages).
-        ctx.trace("CONTEXT_BUDGET_DECISION", **data, messages=rejected_prompt(messages))
+        ctx.trace("CONTEXT_BUDGET_DECISION", **data, messages=rejected_prompt(plain(messages)))
         bound = "" if decision.exact else "at least "
         raise ContextOverflowError(
             f"prompt {bound}{decision.prompt_tokens} tokens exceeds the "
@@ -399,6 +403,11 @@ _RECORD = ("pointer_id", "kind", "chars", "lines", "tokens_before", "tokens_afte
 
 # A rejected prompt may be megabytes: the trace keeps this much of each message.
 REJECTED_CHARS = 100_000
+
+
+def plain(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """messages with every content as one string (a JoinedText joined)."""
+    return [{**m, "content": whole(m.get("content") or "")} for m in messages]
 
 
 def rejected_prompt(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

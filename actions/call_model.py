@@ -287,8 +287,21 @@ class CallModel(Action):
                 template.replace("{}", value) if "{}" in template else f"{template}\n{value}"
             )
         if parts:
-            out.append({"role": "user", "content": "\n\n".join(parts)})
+            out.append({"role": "user", "content": self.user_content(ctx, parts)})
         return out
+
+    @staticmethod
+    def user_content(ctx: StepContext, parts: list[str]) -> Any:
+        """The user message: its parts joined, or kept apart (a JoinedText) when the context
+        policy will read it, so a large part it puts behind a pointer is not copied into a
+        joined message first (issue 25 item 9). The budget stage sends only whole text."""
+        from runtime.context import policy as pol
+
+        if len(parts) > 1 and pol.policy_config(ctx.settings, ctx.step).enabled:
+            from runtime.context.joined import JoinedText
+
+            return JoinedText(parts, "\n\n")
+        return "\n\n".join(parts)
 
     @staticmethod
     def complete_with_tools(
@@ -542,7 +555,12 @@ class CallModel(Action):
                 text = json.dumps(reply.value, ensure_ascii=False)
         ctx.set("last_model_response", text)
         if "thread_id" in fidelity:  # staged like the write: a failed attempt appends nothing
-            ctx.append_thread(fidelity["thread_id"], [*own, {"role": "assistant", "content": text}])
+            from runtime.context.joined import whole
+
+            turns = [{**m, "content": whole(m["content"])} for m in own]
+            ctx.append_thread(
+                fidelity["thread_id"], [*turns, {"role": "assistant", "content": text}]
+            )
         return None
 
     def record_pack(

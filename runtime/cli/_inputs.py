@@ -1,8 +1,9 @@
 """Reading `--inputs FILE` and `--input NAME=VALUE` within a size and a nesting limit.
 
 The limits hold before anything large is in memory: the file is checked by `stat` and
-read with a bounded read (a FIFO or `/dev/zero` stops at the limit too), and nesting is
-measured by a linear scan before `json.loads`, which would otherwise recurse once per
+read a megabyte at a time up to the limit (a FIFO or `/dev/zero` stops at the limit too;
+runtime/cli/_json_stream.py, which holds a large string value about once), and nesting is
+counted before `json.loads` sees a nested value, which would otherwise recurse once per
 level and end in a RecursionError.
 
 Text that is not valid Unicode is refused here with INPUT_INVALID_TEXT naming the input
@@ -62,32 +63,8 @@ def _too_large(what: str, size: int | str, limit: int) -> InputError:
     )
 
 
-def read_bounded(path: str, limit: int) -> bytes:
-    """The file's bytes, or INPUT_TOO_LARGE without reading more than limit + 1 of them."""
-    size = os.stat(path).st_size
-    if size > limit:  # a regular file says its size: refused before any read
-        raise _too_large(f"--inputs {path}", size, limit)
-    with open(path, "rb") as fh:
-        data = fh.read(limit + 1)  # devices and pipes report no size: the read is bounded
-    if len(data) > limit:
-        raise _too_large(f"--inputs {path}", "more than " + str(limit), limit)
-    return data
-
-
 def _not_text(what: str, reason: str, kind: str = "valid Unicode") -> InputError:
     return InputError(f"{what} is not {kind} text: {reason}", code="INPUT_INVALID_TEXT")
-
-
-def _decoded(raw: bytes, what: str) -> str:
-    """raw as UTF-8, or INPUT_INVALID_TEXT naming the first bad byte and its line."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        byte = raw[exc.start]
-        raise _not_text(
-            what, f"byte 0x{byte:02X} at byte {exc.start} (line {line}) is not UTF-8", "UTF-8"
-        ) from exc
 
 
 def _checked(value: Any, what: str) -> Any:
@@ -100,12 +77,46 @@ def _checked(value: Any, what: str) -> Any:
 
 def _loads(text: str, what: str, max_depth: int) -> Any:
     if json_depth(text, max_depth) > max_depth:
-        raise InputError(
-            f"{what} nests arrays and objects more than {max_depth} levels deep "
-            "(the input depth limit)",
-            code="INPUT_TOO_DEEP",
-        )
+        raise _too_deep(what, max_depth)
     return json.loads(text)
+
+
+def _too_deep(what: str, max_depth: int) -> InputError:
+    return InputError(
+        f"{what} nests arrays and objects more than {max_depth} levels deep "
+        "(the input depth limit)",
+        code="INPUT_TOO_DEEP",
+    )
+
+
+def _read_inputs_file(path: str, max_bytes: int, max_depth: int) -> tuple[dict[str, Any], int]:
+    """The file's object and its size in bytes; streamed, so a large string value is in
+    memory about once while it is read (runtime/cli/_json_stream.py)."""
+    from runtime.cli import _json_stream as js
+
+    what = f"--inputs {path}"
+    size = os.stat(path).st_size
+    if size > max_bytes:  # a regular file says its size: refused before any read
+        raise _too_large(what, size, max_bytes)
+    try:
+        with open(path, "rb") as fh:
+            data, used = js.read_object(fh, max_bytes, max_depth)
+    except js.TooLarge as exc:
+        raise _too_large(what, str(exc), max_bytes) from exc
+    except js.NotUtf8 as exc:
+        raise _not_text(what, str(exc), "UTF-8") from exc
+    except js.TooDeep as exc:
+        raise _too_deep(what, max_depth) from exc
+    except js.JsonStreamError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--inputs") from exc
+    if isinstance(data, str):  # not an object: refused below, as json.loads reads it
+        try:
+            data = _loads(data, what, max_depth)
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--inputs") from exc
+        if not isinstance(data, dict):
+            raise click.BadParameter("must hold a JSON object", param_hint="--inputs")
+    return _checked(data, what), used
 
 
 def parse_inputs(
@@ -120,19 +131,8 @@ def parse_inputs(
     values: dict[str, Any] = {}
     used = 0
     if inputs_file:
-        raw = read_bounded(inputs_file, max_bytes)
-        used = len(raw)
-        what = f"--inputs {inputs_file}"
-        text = _decoded(raw, what)
-        del raw  # one copy of a large file less while it is parsed (issue 25 item 9)
-        try:
-            data = _loads(text, what, max_depth)
-        except ValueError as exc:
-            raise click.BadParameter(f"not JSON: {exc}", param_hint="--inputs") from exc
-        del text
-        if not isinstance(data, dict):
-            raise click.BadParameter("must hold a JSON object", param_hint="--inputs")
-        values.update(_checked(data, what))
+        data, used = _read_inputs_file(inputs_file, max_bytes, max_depth)
+        values.update(data)
     for pair in pairs:
         name, sep, raw_value = pair.partition("=")
         if not sep or not name:

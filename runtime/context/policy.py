@@ -30,10 +30,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.context import pointers as ptr
 from runtime.context.summarize import KINDS, MAX_TOKEN_BYTES, line_count, summarise
+
+if TYPE_CHECKING:
+    from runtime.context.joined import JoinedText
 
 DEFAULT_SUMMARY_TOKENS = 200
 DEFAULT_EMERGENCY_FLOOR = 256
@@ -192,7 +195,7 @@ class PromptMessage:
         """The message text as sent."""
         return "".join(p if isinstance(p, str) else p.shown for p in self.pieces)
 
-    def is_content(self, text: str) -> bool:
+    def is_content(self, text: str | JoinedText) -> bool:
         """Whether text is content(), compared piece by piece (no joined copy of a large one)."""
         at = 0
         for p in self.pieces:

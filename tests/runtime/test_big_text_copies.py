@@ -46,3 +46,82 @@ def test_the_inputs_depth_scan_keeps_no_memory_per_escape():
     finally:
         tracemalloc.stop()
     assert peak < len(text) // 4
+
+
+def test_a_joined_text_compares_as_the_joined_string():
+    import random
+
+    from runtime.context.joined import JoinedText
+
+    rng = random.Random(7)
+    for _ in range(400):
+        parts = ["".join(rng.choice("ab\n") for _ in range(rng.randint(0, 5))) for _ in range(4)]
+        parts = parts[: rng.randint(0, 4)]
+        joined, text = JoinedText(parts, "\n\n"), "\n\n".join(parts)
+        assert (len(joined), str(joined)) == (len(text), text)
+        for start in range(len(text) + 2):
+            for size in range(5):
+                prefix = text[start : start + size]
+                for probe in (prefix, prefix + "a", "b" + prefix[1:], prefix[:-1] + "\n"):
+                    assert joined.startswith(probe, start) == text.startswith(probe, start)
+
+
+def test_a_large_summarised_input_is_not_copied_into_the_message(tmp_path):
+    """A 20 MB input that call_model's policy puts behind a pointer: the run's Python peak
+    (tracemalloc) stays near one copy of it, from the --inputs file to the stored original
+    (before: the file's text and the value at once, then the value and the joined message)."""
+    import json
+    import tracemalloc
+
+    from click.testing import CliRunner
+
+    from runtime.cli import cli
+
+    size = 20_000_000
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "answer.md").write_text("Answer from the document.\n")
+    pipeline = {
+        "name": "big_input",
+        "settings": {
+            "entry_step_id": "answer",
+            "models": {"small": {"provider": "extractive", "context_window": 8192}},
+            "context_policy": {"enabled": True, "summary_tokens": 160},
+        },
+        "inputs": {"question": {"type": "string"}, "doc": {"type": "string"}},
+        "steps": [
+            {
+                "id": "answer",
+                "action": "call_model",
+                "model": "small",
+                "prompt_key": "answer",
+                "max_output_tokens": 200,
+                "user_parts": {
+                    "question": {"source": "question", "summarizable": False},
+                    "doc": {"source": "doc", "summary_kind": "text"},
+                },
+                "end": True,
+            }
+        ],
+    }
+    (tmp_path / "p.yaml").write_text(json.dumps(pipeline))
+    line = "It is a truth universally acknowledged, that a single man wants a fortune.\n"
+    with open(tmp_path / "in.json", "w") as fh:
+        json.dump({"question": "What is acknowledged?", "doc": line * (size // len(line))}, fh)
+    (tmp_path / "small.json").write_text('{"question": "What?", "doc": "' + "x " * 9000 + '"}')
+
+    def run(inputs: str) -> None:
+        args = ["exec", str(tmp_path / "p.yaml"), "--inputs", str(tmp_path / inputs)]
+        args += ["--max-input-bytes", str(3 * size), "--store", str(tmp_path / "runs.db")]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+
+    tracemalloc.start()
+    try:
+        run("small.json")  # what does not grow with the input: the tokenizer's tables, modules
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        run("in.json")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak - base < 1.3 * size, (peak - base) / size
