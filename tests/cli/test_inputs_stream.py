@@ -228,3 +228,10 @@ def test_a_large_string_input_is_held_about_once_while_read(tmp_path):
     held = len(values["doc"])
     assert held > size * 0.8
     assert peak < held * 1.25, (peak, held)
+
+
+def test_the_streamed_limit_is_exact():
+    raw = b'{"a": "' + b"x" * 5000 + b'"}'
+    assert js.read_object(io.BytesIO(raw), len(raw), 64)[0] == {"a": "x" * 5000}
+    with pytest.raises(js.TooLarge):
+        js.read_object(io.BytesIO(raw), len(raw) - 1, 64)
