@@ -667,6 +667,57 @@ _CODES: list[Code] = [
         "Resume without it (what is not given is taken from the run), or pass --force "
         "to go on with what is given; the trace records the change.",
     ),
+    # --- issue 27: memories, experiences, values, git history ----------------------
+    Code(
+        "MEMORY_INVALID",
+        "run",
+        "A memory or experience is malformed: a field missing, of the wrong type or out "
+        "of range, an unknown field, or a checksum that is not the text's; the message "
+        "names the item and the field, and nothing of the batch is stored.",
+        "Fix the field named (docs/assembly.md lists every field and its range).",
+    ),
+    Code(
+        "MEMORY_UNLABELLED",
+        "run",
+        "A memory or experience was written without a `labels` list; nothing is stored.",
+        "Give every item its security labels (`labels: []` for an item anyone may read).",
+    ),
+    Code(
+        "MEMORY_STORE_ERROR",
+        "run",
+        "The memory store cannot be read or written: not a memory store, damaged (a row "
+        "whose checksum does not match its fields), or a SQLite error.",
+        "Restore the file from a copy, or rebuild it (`runtime memories import` of the "
+        "seeds, `runtime values rebuild`).",
+    ),
+    Code(
+        "MEMORY_AXIS_UNKNOWN",
+        "run",
+        "An experience search named an axis other than full, strategy, surprise or "
+        "root_cause, or a filter other than domain, strategy, outcome, pipeline or "
+        "confidence_tier.",
+        "Use one of the axes and filters listed.",
+    ),
+    Code(
+        "EXPERIENCE_NOT_FOUND",
+        "run",
+        "`runtime feedback` named a run that was never recorded as an experience (and is "
+        "not in the run store).",
+        "Check the run id (`runtime runs`).",
+    ),
+    Code(
+        "GIT_NOT_A_REPOSITORY",
+        "usage",
+        "`runtime index PATH --git` was given a path that is not inside a git work tree.",
+        "Index the repository's folder, or leave out --git.",
+    ),
+    Code(
+        "GIT_ERROR",
+        "run",
+        "git is missing or `git log` failed while indexing history; the message quotes "
+        "git's error.",
+        "Install git, or check the repository with `git log` yourself.",
+    ),
 ]
 
 CODES: dict[str, Code] = {c.name: c for c in _CODES}

@@ -189,7 +189,7 @@ class Services:
         `memory_store`, $RUNTIME_MEMORIES or memories.db beside the node index."""
         with self._lock:
             if self._memory_store is None:
-                from runtime.retrieval.memory_store import open_memory_store
+                from runtime.retrieval.memories import open_memory_store
 
                 named = self.memory_path or self.settings.get("memory_store")
                 self._memory_store = open_memory_store(

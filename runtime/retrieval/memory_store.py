@@ -1,7 +1,7 @@
 """The memory store protocol: memories, experiences and values, recalled by relevance.
 
 `assemble_context` (and anything else that recalls) reads through `MemoryStore`; the
-embedded default is SQLite (runtime/retrieval/memories.py), beside the node index or in
+embedded default is SQLite (runtime/retrieval/memories.py, which opens it: open_memory_store), beside the node index or in
 a named file. A later store (Postgres) implements the same three searches.
 
 Visibility follows the node store's rule (docs/retrieval.md, "Security labels"): an
@@ -15,11 +15,9 @@ one applies everywhere.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 # The kinds of item a store recalls.
@@ -31,8 +29,6 @@ AXES = ("full", "strategy", "surprise", "root_cause")
 EXPERIENCE_FILTERS = ("domain", "strategy", "outcome", "pipeline", "confidence_tier")
 # Scope keys of a memory (and of a memories search).
 SCOPE_KEYS = ("repository", "snapshot", "session")
-
-DEFAULT_FILE = "memories.db"
 
 
 @dataclass(frozen=True)
@@ -117,29 +113,3 @@ class EmptyMemoryStore:
     ) -> list[Recalled]:
         """No values."""
         return []
-
-
-def default_memory_path(index_path: str | None = None) -> str:
-    """`$RUNTIME_MEMORIES`, else memories.db beside the node index (index_path, else
-    `$RUNTIME_INDEX`, else .runtime/index.db)."""
-    named = os.environ.get("RUNTIME_MEMORIES")
-    if named:
-        return named
-    from runtime.retrieval.nodestore import default_path
-
-    return str(Path(index_path or default_path()).parent / DEFAULT_FILE)
-
-
-def open_memory_store(
-    path: str | None = None, *, index_path: str | None = None, create: bool = False
-) -> Any:
-    """The memory store at path (default: default_memory_path(index_path)).
-
-    Reading a file that does not exist gives an empty store (nothing remembered yet) and
-    creates nothing; create=True (the writers) creates it.
-    """
-    target = path or default_memory_path(index_path)
-    # First landing: the protocol only; the SQLite store (memories.py) replaces this.
-    empty = EmptyMemoryStore()
-    empty.path = target
-    return empty

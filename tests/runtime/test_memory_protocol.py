@@ -7,12 +7,8 @@ from pathlib import Path
 import pytest
 
 from runtime.engine.services import Services
-from runtime.retrieval.memory_store import (
-    EmptyMemoryStore,
-    MemoryStore,
-    default_memory_path,
-    open_memory_store,
-)
+from runtime.retrieval.memories import default_memory_path, open_memory_store
+from runtime.retrieval.memory_store import EmptyMemoryStore, MemoryStore
 
 
 def test_default_path_is_beside_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
