@@ -190,8 +190,15 @@ class FetchNodeTexts(Action):
         graph = [n for n in dict.fromkeys(expanded) if n not in seeds]
         depth, parent, root = self._bfs(seeds, list(ctx.get("graph_edges", [])))
         candidates = self.order(mode, seeds, graph, depth, root)
+        # An evaluation's plan (runtime eval; runtime/context/evidence_hook.py): distractors
+        # added, the evidence placed; unset in every other run.
+        hook = getattr(ctx.services, "evidence_hook", None)
+        if hook is not None:
+            candidates = hook.candidates(ctx.step_id, candidates)
         nodes = ctx.services.node_store.get_nodes(candidates, scope=run_scope(ctx))
         unit, budget = self._budget(ctx)
+        if hook is not None:
+            budget = hook.budget(ctx.step_id, unit, budget)
         counter = ctx.services.tokens() if unit == "tokens" else None
         fields = ctx.step.get("metadata_fields")
         with_meta = bool(ctx.step.get("include_metadata_in_context"))
@@ -237,6 +244,10 @@ class FetchNodeTexts(Action):
                 }
             )
             decisions.append({"id": nid, "decision": "include", "cost": cost})
+        if hook is not None:
+            by_id = {it["id"]: it for it in items}
+            items = [by_id[i] for i in hook.arrange(ctx.step_id, [it["id"] for it in items])]
+            ctx.trace("EVIDENCE_HOOK", order=[it["id"] for it in items], **hook.describe())
         labels = sorted({lb for it in items for lb in it["labels"]})
         levels = [lb for lb in CLASSIFICATION_LEVELS if lb in labels]
         ctx.set("node_texts", items)

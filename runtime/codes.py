@@ -718,6 +718,36 @@ _CODES: list[Code] = [
         "git's error.",
         "Install git, or check the repository with `git log` yourself.",
     ),
+    # --- issue 30: runtime eval -------------------------------------------------
+    Code(
+        "CASES_INVALID",
+        "load",
+        "An evaluation cases file (CASES.yaml) does not match its schema "
+        "(`runtime schema --cases`) or holds a bad regex, a repeated case id, or k and "
+        "tokens together; the message names file:line.",
+        "Fix the case at the position shown (docs/eval.md).",
+    ),
+    Code(
+        "EVAL_EVIDENCE_UNKNOWN",
+        "usage",
+        "A case names expected evidence (a node id, path glob or kind and name) that no "
+        "node of the index matches, so recall could never be measured.",
+        "Index the corpus the cases are about (--index, or the cases file's corpus:), or "
+        "correct the id.",
+    ),
+    Code(
+        "EVAL_BASELINE_INVALID",
+        "usage",
+        "The --baseline file is not a report.json written by `runtime eval`.",
+        "Pass the report.json of an earlier run (docs/eval.md, report keys).",
+    ),
+    Code(
+        "EVAL_PLOTS_UNAVAILABLE",
+        "usage",
+        "The context-rot and position plots need matplotlib, which is not installed; the "
+        "other outputs were written.",
+        "pip install 'step-runtime[eval]'.",
+    ),
 ]
 
 CODES: dict[str, Code] = {c.name: c for c in _CODES}

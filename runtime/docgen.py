@@ -91,6 +91,14 @@ def schema_json(registry: Registry | None = None) -> str:
     return render(document_schema(registry or default_registry()))
 
 
+def cases_schema_json() -> str:
+    """schemas/cases.schema.json (runtime eval's cases files)."""
+    from runtime.eval.cases import cases_schema
+    from runtime.format.schema import render
+
+    return render(cases_schema())
+
+
 def field_table(action: Any) -> str:
     """A Markdown table of an action's step fields, from its schema."""
     rows = ["| field | type | required | description |", "|---|---|---|---|"]
@@ -156,6 +164,7 @@ def outputs() -> dict[Path, str]:
         ROOT / "docs" / "errors.md": errors_md(),
         ROOT / "docs" / "cli.md": cli_md(),
         ROOT / "schemas" / "pipeline.schema.json": schema_json(),
+        ROOT / "schemas" / "cases.schema.json": cases_schema_json(),
     }
     files.update(action_pages())
     files.update(format_page())

@@ -54,6 +54,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "inspect": ("runtime.cli.inspect", "inspect", "Show what the runtime sees in a source file."),
     "index": ("runtime.cli.index", "index", "Index source trees into the node store."),
     "search": ("runtime.cli.index", "search", "Search the node store."),
+    # issue 30
+    "eval": (
+        "runtime.cli.eval",
+        "eval_",
+        "Measure a pipeline on evaluation cases: evidence, facts, context rot, position.",
+    ),
 }
 
 

@@ -32,6 +32,7 @@ class Services:
         environ: Mapping[str, str] | None = None,
         memory_store: Any = None,
         memory_path: str | None = None,
+        evidence_hook: Any = None,
     ) -> None:
         self.settings: Mapping[str, Any] = settings or {}
         self._token_counters: dict[str, Any] = {}
@@ -60,6 +61,9 @@ class Services:
         self._memory_store = memory_store
         self._memory_store_given = memory_store is not None
         self.memory_path = memory_path
+        # Shapes the evidence fetch_node_texts takes (runtime/context/evidence_hook.py): set
+        # by `runtime eval` per run to inject distractors and place evidence; None otherwise.
+        self.evidence_hook = evidence_hook
         self._lock = threading.Lock()
 
     @property
@@ -100,6 +104,7 @@ class Services:
             environ=environ,
             memory_store=self._memory_store if self._memory_store_given else None,
             memory_path=self.memory_path,
+            evidence_hook=self.evidence_hook,
         )
 
     def tokens(self, encoding: str | None = None) -> Any:

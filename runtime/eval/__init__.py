@@ -1,0 +1,1 @@
+"""`runtime eval`: cases, runs, measures and reports (docs/eval.md)."""

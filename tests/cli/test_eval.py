@@ -1,0 +1,239 @@
+"""`runtime eval`: the shipped cases offline, positions in what the model saw, gates, reports."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from runtime.cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+PIPELINE = str(ROOT / "pipelines" / "code_qa.yaml")
+SAMPLE_CASES = str(ROOT / "pipelines" / "sample" / "eval.yaml")
+
+SMALL = """\
+repository: eshop
+cases:
+  - id: place-order
+    question: Which stored procedure places an order?
+    expect:
+      evidence: [eshop::main::procedure::dbo.usp_PlaceOrder]
+      facts: [usp_PlaceOrder, /never\\s+said/]
+      answer_contains: usp_PlaceOrder
+    distractors: [eshop::main::procedure::dbo.usp_CancelOrder, {auto: 3}]
+    variants: {k: [6], position: [start, middle, end]}
+  - id: payment-retries
+    question: How many times is a payment capture retried?
+    expect:
+      # the table of customers does not answer it: the pipeline should not show it
+      evidence: [eshop::main::method::Eshop.Core.Services.PaymentService.CaptureAsync,
+                 eshop::main::table::dbo.Customers]
+      facts: [MaxAttempts]
+"""
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    from click.testing import CliRunner
+
+    path = tmp_path_factory.mktemp("eval") / "index.db"
+    sample = str(ROOT / "pipelines" / "sample" / "eshop")
+    result = CliRunner().invoke(
+        cli, ["index", sample, "--index", str(path), "--repository", "eshop"]
+    )
+    assert result.exit_code == 0, result.output
+    return str(path)
+
+
+def _eval(runner, tmp_path, index, *args: str):
+    return runner.invoke(
+        cli, ["eval", *args, "--index", index, "--store", str(tmp_path / "runs.db")]
+    )
+
+
+def _small(tmp_path: Path, text: str = SMALL) -> str:
+    path = tmp_path / "cases.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def _not_blank_png(path: Path) -> None:
+    from PIL import Image
+
+    with Image.open(path) as img:
+        assert img.format == "PNG"
+        assert img.size[0] >= 300 and img.size[1] >= 200
+        colours = img.convert("RGB").getcolors(maxcolors=1_000_000)
+        assert colours is not None and len(colours) > 10  # lines, text, not one flat colour
+
+
+def test_shipped_sample_cases_run_offline_and_write_every_output(runner, tmp_path, index):
+    out = tmp_path / "report"
+    result = _eval(runner, tmp_path, index, PIPELINE, SAMPLE_CASES, "--out", str(out))
+    assert result.exit_code == 0, result.output + result.stderr
+    # the table: a row per case, then the aggregate
+    for case in ("csharp-payment-retries", "sql-place-order", "cross-cancel-order"):
+        assert case in result.stdout
+    assert "aggregate over 48 runs" in result.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert report["version"] == 1 and report["passed"] is True
+    assert {r["position"] for r in report["runs"]} == {"start", "middle", "end"}
+    assert {r["size"] for r in report["runs"]} == {4, 8}
+    assert all(r["status"] == "completed" for r in report["runs"])
+    # C#, SQL and cross-language cases, each measured
+    assert report["cases"]["sql-place-order"]["evidence_recall"]["mean"] == 1.0
+    assert set(report["curves"]["position"]) >= {"evidence_recall", "fact_coverage"}
+    _not_blank_png(out / "context_rot.png")
+    _not_blank_png(out / "position.png")
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 2
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+    # drill-down: every run's context, by run id
+    assert all(r["run_id"] in page for r in report["runs"])
+
+
+def _knowledge(runner, tmp_path, run_id):
+    res = runner.invoke(cli, ["context", run_id, "--json", "--store", str(tmp_path / "runs.db")])
+    assert res.exit_code == 0, res.output
+    packs = json.loads(res.stdout)
+    answer = [p for p in packs if p["step_id"] == "answer"][-1]
+    section = next(s for s in answer["sections"] if s["type"] == "knowledge")
+    return [i["id"] for i in section["items"] if not i["id"].startswith("user_parts.")]
+
+
+def test_evidence_sits_where_the_variant_says_in_what_the_model_saw(runner, tmp_path, index):
+    result = _eval(runner, tmp_path, index, PIPELINE, _small(tmp_path), "--json")
+    assert result.exit_code == 0, result.output  # no threshold given: measured, not gated
+    report = json.loads(result.stdout)
+    runs = {r["variant"]: r for r in report["runs"] if r["case"] == "place-order"}
+    evidence = "eshop::main::procedure::dbo.usp_PlaceOrder"
+    seen = {v: _knowledge(runner, tmp_path, runs[v]["run_id"]) for v in runs}
+    for v in ("k=6 start", "k=6 middle", "k=6 end"):
+        assert len(seen[v]) == 6, seen[v]  # k blocks: the pipeline's, a distractor, padding
+        assert "eshop::main::procedure::dbo.usp_CancelOrder" in seen[v]
+    assert seen["k=6 start"].index(evidence) == 0
+    assert seen["k=6 middle"].index(evidence) in (2, 3)
+    assert seen["k=6 end"].index(evidence) == 5
+    assert runs["k=6 start"]["evidence_positions"] == [0.0]
+    assert runs["k=6 end"]["evidence_positions"] == [1.0]
+    # the same blocks, only their order differs
+    assert sorted(seen["k=6 start"]) == sorted(seen["k=6 end"]) == sorted(seen["k=6 middle"])
+
+
+def test_thresholds_set_the_exit_code(runner, tmp_path, index):
+    cases = _small(tmp_path)
+    first = _eval(runner, tmp_path, index, PIPELINE, cases, "--json")
+    assert first.exit_code == 0, first.output
+    got = json.loads(first.stdout)["aggregate"]["evidence_recall"]["mean"]
+    assert 0 < got < 1  # the customers table is never shown
+    at = _eval(runner, tmp_path, index, PIPELINE, cases, "--min-evidence-recall", str(got))
+    assert at.exit_code == 0, at.stderr  # equal to the minimum passes
+    above = _eval(
+        runner,
+        tmp_path,
+        index,
+        PIPELINE,
+        cases,
+        "--min-evidence-recall",
+        str(got + 0.001),
+        "--json",
+    )
+    assert above.exit_code == 1
+    assert "threshold: evidence_recall" in above.stderr
+    report = json.loads(above.stdout)
+    assert report["passed"] is False
+    assert report["thresholds"]["evidence_recall"] == {"min": got + 0.001, "got": got, "ok": False}
+    low = _eval(runner, tmp_path, index, PIPELINE, cases, "--min-fact-coverage", "0.99")
+    assert low.exit_code == 1
+    assert "threshold: fact_coverage" in low.stderr and "below the minimum 0.990" in low.stderr
+
+
+def _weakened(tmp_path: Path) -> str:
+    """code_qa with top_k 1, beside a copy of its prompts."""
+    shutil.copytree(ROOT / "pipelines" / "prompts", tmp_path / "prompts")
+    path = tmp_path / "weak.yaml"
+    path.write_text(f"name: code_qa_weak\nextends: {PIPELINE}\nsettings: {{top_k: 1}}\n")
+    return str(path)
+
+
+def test_a_weakened_pipeline_against_the_baseline_exits_1_naming_the_cases(runner, tmp_path, index):
+    base = tmp_path / "base"
+    first = _eval(runner, tmp_path, index, PIPELINE, SAMPLE_CASES, "--out", str(base))
+    assert first.exit_code == 0, first.output
+    again = _eval(
+        runner, tmp_path, index, PIPELINE, SAMPLE_CASES, "--baseline", str(base / "report.json")
+    )
+    assert again.exit_code == 0 and "regression" not in again.stderr  # same pipeline: none
+    weak = _eval(
+        runner,
+        tmp_path,
+        index,
+        _weakened(tmp_path),
+        SAMPLE_CASES,
+        "--baseline",
+        str(base / "report.json"),
+        "--json",
+    )
+    assert weak.exit_code == 1, weak.output
+    lines = [x for x in weak.stderr.splitlines() if x.startswith("regression: ")]
+    assert "regression: csharp-payment-retries: evidence_recall 1.000 -> 0.000 (-1.000)" in lines
+    assert any(x.startswith("regression: (all): evidence_recall") for x in lines)
+    report = json.loads(weak.stdout)
+    named = {(r["case"], r["metric"]) for r in report["regressions"]}
+    assert ("csharp-payment-retries", "evidence_recall") in named
+    # a tolerance above the largest drop lets it pass
+    tolerant = _eval(
+        runner, tmp_path, index, _weakened_again(tmp_path), SAMPLE_CASES,
+        "--baseline", str(base / "report.json"), "--tolerance", "1",
+    )  # fmt: skip
+    assert tolerant.exit_code == 0, tolerant.stderr
+
+
+def _weakened_again(tmp_path: Path) -> str:
+    return str(tmp_path / "weak.yaml")
+
+
+def test_a_baseline_that_is_not_a_report_is_a_usage_error(runner, tmp_path, index):
+    bad = tmp_path / "b.json"
+    bad.write_text('{"version": 99}')
+    res = _eval(runner, tmp_path, index, PIPELINE, _small(tmp_path), "--baseline", str(bad))
+    assert res.exit_code == 2
+    assert "EVAL_BASELINE_INVALID" in res.stderr
+
+
+def test_evidence_no_node_matches_is_refused_before_any_run(runner, tmp_path, index):
+    text = SMALL.replace("dbo.usp_PlaceOrder]", "dbo.usp_NoSuchThing]")
+    res = _eval(runner, tmp_path, index, PIPELINE, _small(tmp_path, text))
+    assert res.exit_code == 2
+    assert "EVAL_EVIDENCE_UNKNOWN" in res.stderr and "place-order" in res.stderr
+    assert not (tmp_path / "runs.db").exists() or "completed" not in res.stdout
+
+
+def test_hostile_strings_are_text_in_the_html(runner, tmp_path, index, chat_server):
+    hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    chat_server.script = [
+        {"reply": '{"decision": "retrieve", "query": "usp_PlaceOrder"}'},
+        {"reply": '{"decision": "sufficient"}'},
+        {"reply": f"usp_PlaceOrder {hostile} \"' &"},
+    ]
+    cases = tmp_path / "hostile.yaml"
+    cases.write_text(
+        "repository: eshop\ncases:\n"
+        "  - id: x-1\n"
+        f"    question: 'Which procedure places an order? {hostile}'\n"
+        "    expect: {evidence: [eshop::main::procedure::dbo.usp_PlaceOrder], "
+        f"facts: ['{hostile}']}}\n"
+    )
+    out = tmp_path / "o"
+    res = _eval(
+        runner, tmp_path, index, PIPELINE, str(cases), "--out", str(out),
+        "--model", f"openai:test-model@{chat_server.url}",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    page = (out / "report.html").read_text()
+    assert "<script" not in page and "onerror=alert" not in page.replace("onerror=alert(2)&gt;", "")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<img src=x" not in page
