@@ -63,10 +63,18 @@ from runtime.cli._common import handle_errors, shown
     "settings.tokenizer).",
 )
 @click.option(
+    "--git",
+    "with_git",
+    is_flag=True,
+    help="Also index the git history of PATHS: a commit node per commit (sha, author, date, "
+    "message, files, +/- counts) linked to the nodes of the files it touched (incremental).",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
-    help="Print {files, nodes, edges, skipped, seconds} (and embedded, with --embedder).",
+    help="Print {files, nodes, edges, skipped, seconds} (and embedded, with --embedder; "
+    "git, with --git).",
 )
 @handle_errors
 def index(
@@ -79,6 +87,7 @@ def index(
     embedder: str | None,
     jobs: int | None,
     tokenizers: tuple[str, ...],
+    with_git: bool,
     as_json: bool,
 ) -> None:
     """Index C#, T-SQL, Markdown and text files under PATHS (incremental).
@@ -102,6 +111,11 @@ def index(
     for name in tokenizers:  # neither does a bad tokenizer (TOKENIZER_UNAVAILABLE)
         get_counter(name)
     roots = [str(Path(p).resolve()) for p in paths]
+    if with_git:  # a path outside git creates no index (GIT_NOT_A_REPOSITORY)
+        from runtime.retrieval.git_history import check_git_root
+
+        for root in roots:
+            check_git_root(root)
     path = index_path or default_path()
     if not Path(path).exists():  # decided before the file exists: a refusal creates no index
         repository = _repository(lambda root: [], roots, repository)
@@ -146,6 +160,7 @@ def index(
             jobs=jobs,
             tokenizers=tokenizers,
             progress=show if bar else None,
+            git=with_git,
         )
     for root in roots:
         store.record_root(root, repository)
@@ -198,6 +213,7 @@ def index(
             ("files", "nodes", "edges", "skipped", "seconds")
             + (("failed",) if d["failed"] else ())
             + (("embedded",) if emb is not None else ())
+            + (("git",) if with_git else ())
         )
         click.echo(json.dumps({k: d[k] for k in keys}))
     else:
@@ -208,6 +224,12 @@ def index(
             + f"): {report.nodes} node(s) written, "
             f"{report.edges} edge(s)"
             + (f", {report.embedded} node(s) embedded" if emb is not None else "")
+            + (
+                f", {report.git['commits']} commit(s) ({report.git['added']} new, "
+                f"{report.git['removed']} removed)"
+                if report.git is not None
+                else ""
+            )
             + f", {report.seconds:.2f}s -> {store.path}"
         )
 

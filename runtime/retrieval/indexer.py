@@ -37,6 +37,9 @@ MAX_CHUNK_CHARS = 2500
 # The edge between two definitions of one kind and qualified name (both directions), so the
 # graph walks from one part of a partial class to the others.
 SAME_NAME = "SameName"
+# Edges from nodes that belong to no file (runtime/retrieval/git_history.py): re-indexing
+# the files keeps them.
+KEPT_EDGE_TYPES = ("Touches",)
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
 
 
@@ -59,6 +62,8 @@ class IndexReport:
     repo_root: str = ""  # the folder label globs matched from (see repository_root)
     root_replaced: str | None = None  # the root recorded before, when --repo-root changed it
     unmatched_globs: list[str] = field(default_factory=list)  # label globs no file matched
+    # With git=True: {commits, added, removed, edges} of the history (git_history.GitReport).
+    git: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The `runtime index --json` object (plus detail counters)."""
@@ -408,6 +413,7 @@ def index_paths(
     jobs: int | None = None,
     tokenizers: Sequence[str] = ("cl100k_base",),
     repo_root: str | None = None,
+    git: bool = False,
 ) -> IndexReport:
     """Index files under roots into one repository snapshot.
 
@@ -463,6 +469,8 @@ def index_paths(
             report.edges = store.edge_count(repository, snapshot)
             if embedder is not None:
                 report.embedded = _embed_missing(store, repository, snapshot, embedder, progress)
+            if git:
+                report.git = _history(store, roots, repository, snapshot, label_rules, prefixes)
             report.seconds = round(time.perf_counter() - started, 3)
             return report
         changed = {item[0] for item in work}
@@ -500,8 +508,31 @@ def index_paths(
         report.edges = _resolve_edges(store, repository, snapshot, exs, defs)
         if embedder is not None:
             report.embedded = _embed_missing(store, repository, snapshot, embedder, progress)
+        if git:
+            report.git = _history(store, roots, repository, snapshot, label_rules, prefixes)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
+
+
+def _history(
+    store: SqliteNodeStore,
+    roots: Sequence[str],
+    repository: str,
+    snapshot: str,
+    label_rules: Sequence[tuple[str, list[str]]],
+    prefixes: Sequence[str],
+) -> dict[str, int]:
+    """Index the roots' git history (commit nodes and their Touches edges)."""
+    from runtime.retrieval.git_history import index_history
+
+    done = index_history(
+        store,
+        roots,
+        repository=repository,
+        snapshot=snapshot,
+        labels_of=lambda number, rel: labels_for(prefixes[number] + rel, label_rules),
+    )
+    return asdict(done)
 
 
 # (relative path, text, content hash, labels) of a file to parse.
@@ -771,4 +802,8 @@ def _resolve_edges(
                 for source in sources:
                     for target in targets:
                         edges.append((source, target, e.edge_type))
+    # Edges the file indexing does not derive (a commit's Touches, written by `--git`)
+    # are kept: replace_edges makes the snapshot's edges exactly the list.
+    for kept in KEPT_EDGE_TYPES:
+        edges += store.typed_edges(repository, snapshot, kept)
     return store.replace_edges(repository, snapshot, edges)

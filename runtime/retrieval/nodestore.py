@@ -497,6 +497,107 @@ class SqliteNodeStore(SearchPasses):
             )
         return len(new)
 
+    # --- nodes outside any file (git commits: runtime/retrieval/git_history.py) ------
+    def kind_nodes(self, repository: str, snapshot: str, kind: str) -> dict[str, str]:
+        """qualified name -> metadata JSON of a snapshot's nodes of one kind."""
+        rows = self.conn().execute(
+            "SELECT qualified_name, metadata FROM nodes WHERE repository = ? AND snapshot = ? "
+            "AND kind = ?",
+            (repository, snapshot, kind),
+        )
+        return dict(rows.fetchall())
+
+    def put_loose_rows(self, rows: Sequence[NodeRow]) -> int:
+        """Write nodes that belong to no file (no file row: a re-index of the files never
+        deletes them); their ids must be free."""
+        if not rows:
+            return 0
+        with self._write() as db:
+            base = (db.execute("SELECT max(rowid) FROM nodes").fetchone()[0] or 0) + 1
+            try:
+                db.executemany(
+                    f"INSERT INTO nodes (rowid, {_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [(base + i, *r[:13]) for i, r in enumerate(rows)],
+                )
+            except sqlite3.IntegrityError as exc:
+                raise self._taken(db, [r[0] for r in rows], "git history", exc) from exc
+            labels = [
+                (base + i, label)
+                for i, r in enumerate(rows)
+                if r[12] != "[]"
+                for label in json.loads(r[12])
+            ]
+            db.executemany("INSERT INTO node_labels VALUES (?, ?)", labels)
+            db.executemany(
+                "INSERT INTO nodes_fts (rowid, name, body, meta) VALUES (?, ?, ?, ?)",
+                [(base + i, *r[13:16]) for i, r in enumerate(rows)],
+            )
+        return len(rows)
+
+    def delete_kind_nodes(
+        self, repository: str, snapshot: str, kind: str, qualified_names: Iterable[str]
+    ) -> None:
+        """Remove a snapshot's nodes of one kind by qualified name."""
+        names = list(qualified_names)
+        with self._write() as db:
+            rowids = []
+            for start in range(0, len(names), 500):
+                chunk = names[start : start + 500]
+                rowids += [
+                    r[0]
+                    for r in db.execute(
+                        "SELECT rowid FROM nodes WHERE repository = ? AND snapshot = ? AND "
+                        f"kind = ? AND qualified_name IN ({','.join('?' * len(chunk))})",
+                        (repository, snapshot, kind, *chunk),
+                    )
+                ]
+            self._delete_rowids(db, rowids)
+
+    def path_nodes(
+        self, repository: str, snapshot: str, skip_kinds: Iterable[str]
+    ) -> dict[str, list[str]]:
+        """path -> ids of the snapshot's nodes in that file, without the kinds skipped."""
+        skip = sorted(skip_kinds)
+        rows = self.conn().execute(
+            "SELECT path, id FROM nodes WHERE repository = ? AND snapshot = ? AND path != '' "
+            f"AND kind NOT IN ({','.join('?' * len(skip))}) ORDER BY path, id",
+            (repository, snapshot, *skip),
+        )
+        out: dict[str, list[str]] = {}
+        for path, nid in rows:
+            out.setdefault(path, []).append(nid)
+        return out
+
+    def typed_edges(
+        self, repository: str, snapshot: str, edge_type: str
+    ) -> list[tuple[str, str, str]]:
+        """The snapshot's edges of one type."""
+        where, args = _snapshot_edges(repository, snapshot)
+        return [
+            (f, t, e)
+            for f, t, e in self.conn().execute(
+                f"SELECT from_id, to_id, edge_type FROM edges WHERE {where} AND edge_type = ?",
+                (*args, edge_type),
+            )
+        ]
+
+    def replace_typed_edges(
+        self, repository: str, snapshot: str, edge_type: str, edges: Iterable[tuple[str, str]]
+    ) -> int:
+        """Make the snapshot's edges of one type exactly these (from, to) pairs."""
+        new = {(f, t, edge_type) for f, t in edges}
+        old = set(self.typed_edges(repository, snapshot, edge_type))
+        with self._write() as db:
+            db.executemany(
+                "DELETE FROM edges WHERE from_id = ? AND to_id = ? AND edge_type = ?",
+                sorted(old - new),
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO edges VALUES (?, ?, ?, ?, ?)",
+                [(f, t, e, repository, snapshot) for f, t, e in sorted(new - old)],
+            )
+        return len(new)
+
     def root_repositories(self, root: str) -> list[str]:
         """The repository names a tree (its absolute path) was indexed under, sorted."""
         rows = self.conn().execute(
