@@ -110,7 +110,9 @@ def record(
         )
     if b.sections["knowledge"]["items"]:
         _retrieval_drops(ctx, b)
-    pack = b.finish(messages, prompt_tokens, fidelity_mode=fidelity.get("fidelity"))
+    pack = b.finish(
+        messages, prompt_tokens, fidelity_mode=fidelity.get("fidelity"), access=_access(ctx)
+    )
     seq = ctx.services.packs.save_pack(ctx.run_id, pack, b.body)
     event = packs.summary(pack)
     del event["step_id"]  # the event's own
@@ -271,6 +273,7 @@ def _knowledge(
     ids = [block_id(blk) for _, blk in evidence]
     retrieved = [n for n in ids if n is not None and (n in hits or n in expanded)]
     scope, filters, labels = _scope(ctx, retrieved)
+    admitted = _admitted(ctx)
     seen: set[str] = set()
     for sid, blk in evidence:
         node = block_id(blk)
@@ -305,7 +308,8 @@ def _knowledge(
         if node is not None:
             # None: not read back (a node no search or expansion of this run returned).
             item["labels"] = labels.get(nid) if nid in hits or nid in expanded else None
-            item["decision"] = f"scope:{scope}"
+            # The access decision that admitted it (docs/access.md), else the scope.
+            item["decision"] = admitted.get(nid) or f"scope:{scope}"
         if s is not None:
             item["summary_ref"] = s["pointer_id"]
             _summarised_drop(b, s, node=nid)
@@ -344,6 +348,36 @@ def _scope(ctx: StepContext, ids: list[str]) -> tuple[str, dict[str, Any], dict[
         nodes = ctx.services.node_store.get_nodes(ids, scope=scope)
         labels = {nid: sorted(node.labels or ()) for nid, node in nodes.items()}
     return text, filters, labels
+
+
+def _admitted(ctx: StepContext) -> dict[str, str]:
+    """node id -> the access decision that admitted it (fetch's, else the search's)."""
+    out: dict[str, str] = {}
+    for h in ctx.get("retrieval_hits", None) or ():
+        if isinstance(h, Mapping) and isinstance(h.get("decision"), str):
+            out[str(h.get("id"))] = h["decision"]
+    debug = ctx.get("fetch_debug", None)
+    for c in (debug.get("candidates") or ()) if isinstance(debug, Mapping) else ():
+        if isinstance(c, Mapping) and isinstance(c.get("access"), str):
+            out[str(c.get("id"))] = c["access"]
+    return out
+
+
+def _access(ctx: StepContext) -> dict[str, Any] | None:
+    """The access decisions of the reads behind this call: ids and reasons of the allowed
+    ones, the denied ones counted (never listed: docs/access.md)."""
+    reads = [r for r in ctx.get("access_decisions", None) or () if isinstance(r, Mapping)]
+    if not reads:
+        return None
+    engines = sorted({str(r.get("engine")) for r in reads})
+    decisions = sorted({d for r in reads for d in r.get("decisions") or () if isinstance(d, str)})
+    return {
+        "engines": engines,
+        "reads": len(reads),
+        "decisions": decisions[:200],
+        "denied": sum(int(r.get("denied") or 0) for r in reads),
+        "failed": sum(1 for r in reads if r.get("code") == "ACCESS_ENGINE_FAILED"),
+    }
 
 
 # fetch_node_texts' skip reasons as drop reasons.

@@ -19,12 +19,18 @@ configured (settings).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from runtime.errors import RunError, StateError
+from runtime.governance.subject import TENANT_PREFIX
 
 if TYPE_CHECKING:
+    from runtime.governance.access_policy import AccessEngine, Ledger, Resource
+    from runtime.governance.subject import Subject
     from runtime.retrieval.node import Scope
+    from runtime.retrieval.policed import AccessView
 
 
 def _given(value: Any, where: str) -> str:
@@ -65,10 +71,8 @@ def _labels(value: Any, where: str) -> list[str] | None:
     return [_given(label, f"{where} label") for label in value]
 
 
-def run_scope(ctx: Any) -> Scope:
-    """The caller's scope for this run: the inputs, within what settings pin."""
-    from runtime.retrieval.node import Scope  # loaded with the first search, not at validation
-
+def pinned_labels(ctx: Any) -> tuple[str, ...] | None:
+    """The labels settings pin, narrowed by the `allowed_labels` input; None: neither names any."""
     pinned = _labels(ctx.settings.get("allowed_labels"), "settings.allowed_labels")
     labels = _labels(ctx.inputs.get("allowed_labels"), "allowed_labels")
     if labels is None:
@@ -81,8 +85,142 @@ def run_scope(ctx: Any) -> Scope:
                 "settings.allowed_labels; inputs may only narrow the labels",
                 code="SCOPE_WIDENED",
             )
+    if labels is None:
+        return None
+    tenants = sorted({x for x in labels if x.startswith(TENANT_PREFIX)})
+    if tenants:
+        # A tenant label is granted only by the subject's tenant (docs/access.md).
+        raise RunError(
+            f"allowed_labels names tenant label(s) {', '.join(map(repr, tenants))}; a tenant "
+            "is granted only by the subject's `tenant`",
+            code="SCOPE_WIDENED",
+        )
+    return tuple(labels)
+
+
+def run_subject(ctx: Any) -> Subject:
+    """Who the run answers: the `subject` input (never a variable a step wrote).
+
+    A run without one whose inputs give `allowed_labels` is, as before subjects, a caller
+    cleared for exactly those labels (no tenant); a run with neither is anonymous.
+    """
+    from runtime.governance.subject import Subject, subject_of
+
+    subject = subject_of(ctx.inputs)
+    if subject.anonymous and ctx.inputs.get("allowed_labels") is not None:
+        return Subject(clearance=tuple(pinned_labels(ctx) or ()))
+    return subject
+
+
+def run_scope(ctx: Any) -> Scope:
+    """The scope the default rule gives this run: repository and snapshot from the inputs
+    within what settings pin; the labels the subject may see (access_policy.visible_labels)."""
+    from runtime.governance.access_policy import visible_labels
+    from runtime.retrieval.node import Scope  # loaded with the first search, not at validation
+
+    pinned = pinned_labels(ctx)
     return Scope(
         _name(ctx, "repository"),
         _name(ctx, "snapshot"),
-        tuple(labels) if labels is not None else None,
+        visible_labels(run_subject(ctx), pinned),
     )
+
+
+def access_engine(ctx: Any) -> AccessEngine:
+    """The engine settings.access names, loaded once per services and configuration."""
+    from runtime.governance.access_policy import canonical
+    from runtime.governance.engines import load_engine
+
+    config = ctx.settings.get("access") or {}
+    base = str(getattr(ctx.pipeline, "base_dir", "."))
+    key = canonical([config, base])
+    cache = getattr(ctx.services, "_access_engines", None)
+    if cache is None:
+        cache = {}
+        with contextlib.suppress(AttributeError):  # a services object without a __dict__
+            ctx.services._access_engines = cache
+    if key not in cache:
+        cache[key] = load_engine(config, base)
+    engine: AccessEngine = cache[key]
+    return engine
+
+
+def access_view(ctx: Any) -> AccessView:
+    """The node store as this run's subject may read it (runtime/retrieval/policed.py)."""
+    from runtime.retrieval.policed import DEFAULT_OVERFETCH, AccessView
+
+    scope = run_scope(ctx)
+    config = ctx.settings.get("access") or {}
+    return AccessView(
+        ctx.services.node_store,
+        access_engine(ctx),
+        run_subject(ctx),
+        pinned_labels(ctx),
+        scope,
+        overfetch=int(config.get("overfetch", DEFAULT_OVERFETCH)),
+    )
+
+
+def record_access(ctx: Any, view: AccessView) -> dict[str, str]:
+    """Write each read's decisions to the trace (ACCESS events: allowed by id, denied
+    counted, never a denied resource's id or text) and to `access_decisions`; returns
+    resource id -> the id of the decision that admitted it (query-level for the built-in)."""
+    admitted: dict[str, str] = {}
+    kept = list(ctx.get("access_decisions", None) or [])
+    for ledger in view.ledgers:
+        ctx.trace("ACCESS", **ledger.event())
+        admitted.update(ledger.admitted())
+        entry = {
+            "step": ctx.step_id,
+            "engine": ledger.engine,
+            "action": ledger.action,
+            "denied": ledger.denied,
+            "decisions": [d.id for d in ledger.allowed[:200]]
+            + ([ledger.query.id] if ledger.query else []),
+        }
+        if ledger.query is not None:
+            entry["query"] = ledger.query.to_dict()
+        if ledger.failures:
+            entry["code"] = "ACCESS_ENGINE_FAILED"
+        kept.append(entry)
+    view.ledgers.clear()
+    ctx.set("access_decisions", kept[-100:])
+    return admitted
+
+
+def run_labels(ctx: Any) -> frozenset[str]:
+    """The labels this run's subject may read under the default rule (for stores that take
+    allowed labels: memories). A per-resource engine also decides each item: filter_allowed."""
+    return frozenset(run_scope(ctx).allowed_labels or ())
+
+
+def filter_allowed(
+    ctx: Any, action: str, items: list[Any], resource: Callable[[Any], Resource]
+) -> tuple[list[Any], Ledger]:
+    """The items the run's access engine allows (resource(item) gives its attributes):
+    for reads that do not go through the node store (memories, assembly sources)."""
+    from runtime.governance.access_policy import Ledger
+
+    engine = access_engine(ctx)
+    ledger = Ledger(engine.name, action)
+    if not items:
+        return [], ledger
+    subject, pinned = run_subject(ctx), pinned_labels(ctx)
+    resources = [resource(i) for i in items]
+    if engine.per_resource and pinned is not None:
+        # The pins hold under every engine: what they exclude is never asked about.
+        pins = set(pinned)
+        outside = [
+            r
+            for r in resources
+            if any(x not in pins and not x.startswith(TENANT_PREFIX) for x in r.labels)
+        ]
+        ledger.denied += len(outside)
+        if outside:
+            ledger.denied_reasons["outside the labels the settings pin"] = len(outside)
+        resources = [r for r in resources if r not in outside]
+    decisions = engine.decide(subject, action, resources, pinned)
+    ledger.add(decisions)
+    ok = {d.resource for d in decisions if d.allowed}
+    resources = [resource(i) for i in items]
+    return [i for i, r in zip(items, resources, strict=True) if r.id in ok], ledger

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions._scope import run_scope
+from actions._scope import access_view, record_access
 from runtime.contract.action import Action, Outcome, StepContext, setting_ref
 
 
@@ -62,8 +62,10 @@ class ExpandDependencyTree(Action):
                 ctx.set(name, [])
             ctx.set("graph_debug", {"reason": "no_seeds", "seeds": 0, "expanded": 0, "edges": 0})
             return None
-        store, scope = ctx.services.node_store, run_scope(ctx)
-        visible = store.get_nodes(seeds, scope=scope)
+        # Reads go through the run's access policy (docs/access.md): a node the subject may
+        # not see is neither returned nor walked through.
+        store = access_view(ctx)
+        visible = store.get_nodes(seeds, action="expand")
         order = [s for s in dict.fromkeys(seeds) if s in visible][:max_nodes]
         included = set(order)
         edges: list[dict[str, str]] = []
@@ -71,9 +73,7 @@ class ExpandDependencyTree(Action):
         while frontier and depth < max_depth and not truncated:
             depth += 1
             nxt: list[str] = []
-            for f, t, e in store.edges(
-                frontier, scope=scope, direction=direction, edge_types=allow
-            ):
+            for f, t, e in store.edges(frontier, direction=direction, edge_types=allow):
                 other = t if f in frontier and (direction != "in" or t not in frontier) else f
                 if other not in included:
                     if len(included) >= max_nodes:
@@ -104,5 +104,6 @@ class ExpandDependencyTree(Action):
         if truncated:
             debug["truncated"] = True
         ctx.set("graph_debug", debug)
+        record_access(ctx, store)
         ctx.trace("EXPAND", **debug)
         return None

@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from actions._scope import run_scope
+from actions._scope import access_view, record_access
 from runtime.context.blocks import format_block, seed_block, selected_metadata
 from runtime.context.tokens import CUT_RULE, digest
 from runtime.contract.action import Action, Outcome, Problem, StepContext, setting_ref
@@ -195,7 +195,9 @@ class FetchNodeTexts(Action):
         hook = getattr(ctx.services, "evidence_hook", None)
         if hook is not None:
             candidates = hook.candidates(ctx.step_id, candidates)
-        nodes = ctx.services.node_store.get_nodes(candidates, scope=run_scope(ctx))
+        view = access_view(ctx)  # the run's access policy decides what is fetched
+        nodes = view.get_nodes(candidates, action="fetch")
+        admitted = record_access(ctx, view)
         unit, budget = self._budget(ctx)
         if hook is not None:
             budget = hook.budget(ctx.step_id, unit, budget)
@@ -243,7 +245,9 @@ class FetchNodeTexts(Action):
                     **({"tokens": carried} if carried else {}),
                 }
             )
-            decisions.append({"id": nid, "decision": "include", "cost": cost})
+            decisions.append(
+                {"id": nid, "decision": "include", "cost": cost, "access": admitted.get(nid)}
+            )
         if hook is not None:
             by_id = {it["id"]: it for it in items}
             items = [by_id[i] for i in hook.arrange(ctx.step_id, [it["id"] for it in items])]

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from actions import _jsonish
-from actions._scope import run_scope
+from actions._scope import access_view, record_access
 from actions.repeat_query_guard import QUERY_PARSER_FIELD, check_query_parser, normalize_query
 from runtime.contract.action import Action, Outcome, Problem, StepContext, VariableRead
 from runtime.errors import RunError
@@ -205,23 +205,30 @@ class SearchNodes(Action):
         ):
             top_k = asked_k  # a payload may lower top_k, never raise it
         filters, ignored = self._narrow(dict(step.get("filters") or {}), payload.get("filters"))
-        scope = run_scope(ctx)
+        view = access_view(ctx)  # the subject's reads under the run's access policy
+        scope = view.scope
         for name, empty in CLEARED.items():
             ctx.set(name, empty)
-        hits = ctx.services.node_store.search(
+        hits = view.search(
             query,
-            scope=scope,
             top_k=top_k,
             search_type=mode,
             filters=filters,
             # Unset: the store's own defaults (rrf_k 5, per_file 2; docs/retrieval.md).
             **{k: int(step[k]) for k in ("rrf_k", "per_file") if k in step},
         )
+        admitted = record_access(ctx, view)
         ctx.set("retrieval_seed_nodes", [h["id"] for h in hits])
         ctx.set(
             "retrieval_hits",
             [
-                {"id": h["id"], "score": h["score"], "rank": h["rank"]}
+                {
+                    "id": h["id"],
+                    "score": h["score"],
+                    "rank": h["rank"],
+                    # The access decision that admitted it (docs/access.md).
+                    "decision": admitted.get(h["id"]),
+                }
                 # Child nodes folded into a hit (a table's indexes that matched).
                 | ({"children": list(h["children"])} if h.get("children") else {})
                 for h in hits

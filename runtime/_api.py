@@ -109,10 +109,16 @@ class Runner:
         max_steps: int | None = None,
         on_event: EventCallback | None = None,
         cancel: threading.Event | None = None,
+        subject: Mapping[str, Any] | None = None,
     ) -> RunResult:
-        """Run to completion or failure on this thread."""
+        """Run to completion or failure on this thread (subject: who it answers, docs/access.md)."""
         return self.engine.run(
-            inputs, run_id=run_id, max_steps=max_steps, on_event=on_event, cancel=cancel
+            inputs,
+            run_id=run_id,
+            max_steps=max_steps,
+            on_event=on_event,
+            cancel=cancel,
+            subject=subject,
         )
 
     def start(
@@ -122,11 +128,17 @@ class Runner:
         run_id: str | None = None,
         max_steps: int | None = None,
         on_event: EventCallback | None = None,
+        subject: Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Start a run on a background thread; cancel or wait through the handle."""
         return RunHandle(
             lambda cancel: self.run(
-                inputs, run_id=run_id, max_steps=max_steps, on_event=on_event, cancel=cancel
+                inputs,
+                run_id=run_id,
+                max_steps=max_steps,
+                on_event=on_event,
+                cancel=cancel,
+                subject=subject,
             )
         )
 
@@ -138,6 +150,7 @@ class Runner:
         max_steps: int | None = None,
         on_event: EventCallback | None = None,
         cancel: threading.Event | None = None,
+        subject: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """Run in a worker thread without blocking the event loop.
 
@@ -148,7 +161,13 @@ class Runner:
         stop = _EitherEvent(cancel)
         work = asyncio.ensure_future(
             asyncio.to_thread(
-                self.run, inputs, run_id=run_id, max_steps=max_steps, on_event=on_event, cancel=stop
+                self.run,
+                inputs,
+                run_id=run_id,
+                max_steps=max_steps,
+                on_event=on_event,
+                cancel=stop,
+                subject=subject,
             )
         )
         try:
@@ -162,7 +181,13 @@ class Runner:
             raise
 
     def resume(
-        self, run_id: str, *, force: bool = False, on_event: EventCallback | None = None
+        self,
+        run_id: str,
+        *,
+        force: bool = False,
+        on_event: EventCallback | None = None,
+        subject: Mapping[str, Any] | None = None,
     ) -> RunResult:
-        """Continue a crashed or failed run from the store."""
-        return self.engine.resume(run_id, force=force, on_event=on_event)
+        """Continue a crashed or failed run from the store (a different subject:
+        SUBJECT_CHANGED)."""
+        return self.engine.resume(run_id, force=force, on_event=on_event, subject=subject)

@@ -439,6 +439,47 @@ _CODES: list[Code] = [
         "snapshot, or labels not in settings.allowed_labels. Inputs may only narrow it.",
         "Leave the input out or repeat the pinned value; to allow more, change the settings.",
     ),
+    # --- issue 28: subjects and access policy (docs/access.md) -------------------------
+    Code(
+        "SUBJECT_INVALID",
+        "usage",
+        "The run's subject (the `subject` input, `--subject`, the embedding API's subject=) "
+        "is not an object of id, tenant, roles, clearance and attributes, a value is blank "
+        "or not a string, or its clearance names a tenant label.",
+        'Give {"tenant": "a", "clearance": ["public"], ...}; a tenant is '
+        "granted only by `tenant`; other attributes go under `attributes`.",
+    ),
+    Code(
+        "SUBJECT_CHANGED",
+        "usage",
+        "A resume gave a subject other than the one the run was started by; a run answers "
+        "one subject.",
+        "Resume without --subject (the recorded subject is kept), or start a new run.",
+    ),
+    Code(
+        "ACCESS_POLICY_INVALID",
+        "run",
+        "settings.access cannot be used: an unknown engine, Cedar policies or a schema that "
+        "do not read, parse or validate, an OPA url that is not OPA's data API or carries "
+        "credentials, or a third-party engine that failed to load.",
+        "Fix settings.access (docs/access.md); `runtime validate` reports it with its line.",
+    ),
+    Code(
+        "ACCESS_ENGINE_FAILED",
+        "run",
+        "The access policy engine could not decide (unreachable, an error, an answer of the "
+        "wrong shape): every resource it was asked about is denied, never allowed; the "
+        "ACCESS trace event carries this code.",
+        "Check the engine (OPA's server and rule path, the Cedar policies); the run goes on "
+        "with what the engine could allow.",
+    ),
+    Code(
+        "ACCESS_DENIED",
+        "run",
+        "The run's subject may not read what was asked for (a pointer or a file whose "
+        "content its access policy denies).",
+        "Read it as a subject cleared for it.",
+    ),
     Code("SEARCH_TYPE_UNRESOLVED", "run", "search_type auto could not be resolved."),
     Code(
         "PRIORITIZATION_MODE_INVALID",

@@ -315,6 +315,21 @@ def _repository(indexed_as: Callable[[str], list[str]], roots: list[str], given:
     show_default=True,
     help="Hits of one file before its further hits are ranked down (0: no cap).",
 )
+@click.option(
+    "--subject",
+    "subject_text",
+    metavar="JSON|@FILE",
+    help="Who is searching: {tenant, roles, clearance, attributes} as JSON or @file; the "
+    "default rule applies (docs/access.md) and --label then only narrows the clearance. "
+    "Without it, --label names the labels the caller may see (no tenant).",
+)
+@click.option(
+    "--policy",
+    "policy_from",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Decide access with the engine of this pipeline's settings.access (default: the "
+    "built-in rule).",
+)
 @click.option("--json", "as_json", is_flag=True, help='Print {"hits": [...]}.')
 @handle_errors
 def search(
@@ -326,24 +341,51 @@ def search(
     snapshot: str | None,
     labels: tuple[str, ...],
     per_file: int,
+    subject_text: str | None,
+    policy_from: str | None,
     as_json: bool,
 ) -> None:
-    """Search the node store."""
+    """Search the node store, as a subject (anonymous: unlabelled, untenanted nodes only)."""
     from runtime.errors import UsageError
+    from runtime.governance.engines import load_engine
+    from runtime.governance.subject import Subject, parse_subject, read_subject_option
     from runtime.retrieval.node import Scope
     from runtime.retrieval.nodestore import open_store
+    from runtime.retrieval.policed import AccessView
 
     if not query.strip():  # "no hits" would read as "nothing matches"
         raise UsageError("the search query is empty", code="QUERY_EMPTY")
 
     # Checked before the index is opened: an empty --repository "" is SCOPE_INVALID, never "all".
     scope = Scope(repository, snapshot, tuple(labels) if labels else None)
+    if any(x.startswith("tenant:") for x in labels):
+        raise UsageError(
+            "--label names a tenant label; a tenant is granted only by --subject's tenant",
+            code="SCOPE_WIDENED",
+        )
+    if subject_text is not None:
+        subject = parse_subject(read_subject_option(subject_text), "--subject")
+        pinned = tuple(labels) if labels else None
+    else:  # as before subjects: the labels given are the caller's clearance
+        subject, pinned = Subject(clearance=tuple(sorted(set(labels)))), None
+    config: dict[str, Any] = {}
+    base = "."
+    if policy_from is not None:
+        from runtime.format.validation import load_pipeline
+
+        loaded = load_pipeline(policy_from)
+        config, base = dict(loaded.settings.get("access") or {}), str(loaded.base_dir)
+    engine = load_engine(config, base)
     store = open_store(index_path)
     _known_scope(store, scope)
-    hits = store.search(query, scope=scope, top_k=top_k, search_type=search_type, per_file=per_file)
+    view = AccessView(store, engine, subject, pinned, scope)
+    hits = view.search(query, top_k=top_k, search_type=search_type, per_file=per_file)
+    denied = sum(ledger.denied for ledger in view.ledgers)
     if as_json:
-        click.echo(json.dumps({"hits": hits}, indent=2))
+        click.echo(json.dumps({"hits": hits, "denied": denied}, indent=2))
         return
+    if denied:
+        click.echo(f"({denied} candidate(s) not shown: the access policy denies them)", err=True)
     if not hits:
         from runtime.retrieval.query import named_words, query_terms
 

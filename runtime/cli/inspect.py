@@ -44,9 +44,28 @@ def inspect_text(text: str, path: str, encoding: str = "cl100k_base") -> dict[st
     help="Encoding for token counts.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--subject",
+    "subject_text",
+    metavar="JSON|@FILE",
+    help="Who is asking: when FILE is indexed (in --index, or the default index), every "
+    "node of it must be visible to this subject under the default rule, else ACCESS_DENIED "
+    "(docs/access.md).",
+)
+@click.option(
+    "--index",
+    "index_path",
+    type=click.Path(dir_okay=False),
+    help="The index FILE's labels are read from (with it, and no --subject, the caller is "
+    "anonymous).",
+)
 @handle_errors
-def inspect(file: str, tokenizer: str, as_json: bool) -> None:
+def inspect(
+    file: str, tokenizer: str, as_json: bool, subject_text: str | None, index_path: str | None
+) -> None:
     """Show kind, language, confidence, tokens, symbols, dependencies and the compact form."""
+    if subject_text is not None or index_path is not None:
+        _check_access(file, subject_text, index_path)
     try:
         text = Path(file).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -70,3 +89,36 @@ def inspect(file: str, tokenizer: str, as_json: bool) -> None:
     c = info["compact"]
     click.echo(f"compact ({c['tokens']} tokens, {c['tokens'] / max(1, info['tokens']):.0%}):")
     click.echo(c["text"])
+
+
+def _check_access(file: str, subject_text: str | None, index_path: str | None) -> None:
+    """ACCESS_DENIED when the file's indexed nodes are not all visible to the subject."""
+    from runtime.errors import RunError
+    from runtime.governance.access_policy import BuiltinEngine, Resource
+    from runtime.governance.subject import ANONYMOUS, parse_subject, read_subject_option
+    from runtime.retrieval.nodestore import default_path, open_store
+
+    subject = (
+        parse_subject(read_subject_option(subject_text), "--subject")
+        if subject_text is not None
+        else ANONYMOUS
+    )
+    path = index_path or default_path()
+    if index_path is None and not Path(path).is_file():
+        return  # no index: nothing labels the file
+    store = open_store(path)
+    found = store.file_resources(str(Path(file).resolve()))
+    resources = [
+        Resource(nid, "file", repo, snap, p, kind, tuple(labels))
+        for nid, repo, snap, kind, p, labels in found
+    ]
+    denied = [
+        d for d in BuiltinEngine().decide(subject, "inspect", resources, None) if not d.allowed
+    ]
+    if denied:
+        # The count and the rule's reason; nothing of the file is read.
+        raise RunError(
+            f"{file}: {len(denied)} of its {len(resources)} indexed node(s) are not visible to "
+            f"this subject ({denied[0].reason}); decision {denied[0].id}",
+            code="ACCESS_DENIED",
+        )

@@ -128,6 +128,15 @@ def _load_or_exit(path: str) -> Any:
 
 
 # --durability, the same for exec and resume.
+_subject = click.option(
+    "--subject",
+    "subject_text",
+    metavar="JSON|@FILE",
+    help="Who the run answers: {tenant, roles, clearance, attributes} as JSON, or @file "
+    "(JSON or YAML). Without it the run is anonymous: it reads only unlabelled, "
+    "untenanted content (docs/access.md).",
+)
+
 _durability = click.option(
     "--durability",
     type=click.Choice(["normal", "full"]),
@@ -197,6 +206,7 @@ _durability = click.option(
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object with the run's result."
 )
+@_subject
 @handle_errors
 def exec_(
     pipeline: str,
@@ -212,6 +222,7 @@ def exec_(
     model_spec: str | None,
     record_path: str | None,
     as_json: bool,
+    subject_text: str | None,
 ) -> None:
     """Validate and run PIPELINE (a file, or FILE#NAME for a pack member).
 
@@ -236,6 +247,11 @@ def exec_(
         max_bytes=max_input_bytes,
         max_depth=max_input_depth,
     )
+    if subject_text is not None:
+        from runtime.engine.interpreter import with_subject
+        from runtime.governance.subject import read_subject_option
+
+        inputs = dict(with_subject(inputs, read_subject_option(subject_text)) or {})
     apply_inputs(loaded, inputs)  # missing, unknown or mistyped: exit 2 before a run exists
     if index_path:
         refuse_url(index_path, "--index")
@@ -282,6 +298,7 @@ def exec_(
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object with the run's result."
 )
+@_subject
 @handle_errors
 def resume(
     run_id: str,
@@ -291,12 +308,15 @@ def resume(
     index_path: str | None,
     model_spec: str | None,
     as_json: bool,
+    subject_text: str | None,
 ) -> None:
     """Resume a crashed or failed run from its last checkpoint.
 
     The run goes on with the model, index and tokenizer it was started with (what
     --model and the environment, such as $OPENAI_BASE_URL, resolved to then). One given
-    differently is refused (RESUME_CHOICE_CHANGED, exit 2) unless --force.
+    differently is refused (RESUME_CHOICE_CHANGED, exit 2) unless --force. The run keeps
+    the subject it was started by; a different --subject is SUBJECT_CHANGED (exit 2),
+    whatever --force says.
     """
     from runtime.engine import Engine
     from runtime.engine.services import Services
@@ -318,4 +338,14 @@ def resume(
     )
     _check_model(services)
     engine = Engine(loaded, services=services, store=run_store, durability=durability)
-    _run(lambda ev: engine.resume(run_id, force=force, on_event=ev), as_json, progress, store)
+    subject = None
+    if subject_text is not None:
+        from runtime.governance.subject import read_subject_option
+
+        subject = read_subject_option(subject_text)
+    _run(
+        lambda ev: engine.resume(run_id, force=force, on_event=ev, subject=subject),
+        as_json,
+        progress,
+        store,
+    )

@@ -55,7 +55,8 @@ from runtime.contract.message import Message
 
 # Engine-owned: written only by the engine; no YAML rule, action or model output may set them.
 ENGINE_OWNED: frozenset[str] = frozenset(
-    {"inbox", "loop_counters", "counters", "step_trace", "run", "run_id", "last_error"}
+    # `subject`: who the run answers, from its inputs only (runtime/governance/subject.py).
+    {"inbox", "loop_counters", "counters", "step_trace", "run", "run_id", "last_error", "subject"}
 )
 
 Path = tuple[str | int, ...]

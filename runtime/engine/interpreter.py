@@ -30,17 +30,20 @@ from runtime.engine.state import RunState, action_defaults, apply_inputs, initia
 from runtime.engine.step_context import NO_ARRIVAL, Context
 from runtime.engine.trace import AS_VALUE, Tracer, summarize
 from runtime.errors import (
+    InputError,
     MaxStepsExceededError,
     ModelError,
     RunCancelledError,
     RunError,
     StepRuntimeError,
+    UsageError,
 )
 from runtime.format import changes
 from runtime.format.access import mapping
 from runtime.format.compat import NOT_YET_SUPPORTED, not_yet_supported_message
 from runtime.format.pipeline import Pipeline, Step
 from runtime.format.transitions import arrivals, short_config
+from runtime.governance.subject import parse_subject, subject_of
 
 _MODEL_CODES = frozenset(
     {"MODEL_RATE_LIMITED", "MODEL_TIMEOUT", "MODEL_PROVIDER_ERROR", "INVALID_STRUCTURED_OUTPUT"}
@@ -104,6 +107,21 @@ class _Position:
 
 _clock = time.perf_counter
 DURABILITY = ("normal", "full")
+
+
+def with_subject(
+    inputs: Mapping[str, Any] | None, subject: Mapping[str, Any] | None
+) -> Mapping[str, Any] | None:
+    """The inputs with the subject given apart (the embedding API's `subject=`, `--subject`)."""
+    if subject is None:
+        return inputs
+    given = (inputs or {}).get("subject")
+    if given is not None and parse_subject(given) != parse_subject(subject):
+        raise InputError(
+            "the subject is given twice, differently (an input and subject=)",
+            code="SUBJECT_INVALID",
+        )
+    return {**(inputs or {}), "subject": dict(subject)}
 
 
 class _Plan:
@@ -230,9 +248,12 @@ class Engine:
         max_steps: int | None = None,
         cancel: threading.Event | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        subject: Mapping[str, Any] | None = None,
     ) -> RunResult:
-        """Start a run and drive it to completion or failure."""
+        """Start a run and drive it to completion or failure (subject: who it answers,
+        the same as a `subject` input; docs/access.md)."""
         run_id = run_id or uuid.uuid4().hex[:12]
+        inputs = with_subject(inputs, subject)
         variables = apply_inputs(self.pipeline, inputs or {})
         state = RunState(variables=initial_variables(self.defaults, variables))
         tracer = Tracer(run_id)
@@ -245,6 +266,7 @@ class Engine:
             inputs=sorted(variables),
             defaults=sorted(set(self.defaults) - set(variables)),
             choices=choices,
+            subject=subject_of(inputs or {}).to_dict(),
         )
         if self.store is not None:
             # RUN_STARTED is stored with the run: a kill before the first checkpoint keeps it.
@@ -264,7 +286,13 @@ class Engine:
             tracer.listeners.append(spans)
             spans(started)
         pos = _Position(self.pipeline.entry_step_id, state, Inbox(), self._durability_kw)
-        return self._drive(run_id, pos, tracer, variables, max_steps, cancel)
+        # ctx.inputs: the variables the inputs gave, and the subject (never a variable).
+        given = (
+            {**variables, "subject": inputs["subject"]}
+            if inputs and "subject" in inputs
+            else variables
+        )
+        return self._drive(run_id, pos, tracer, given, max_steps, cancel)
 
     def resume(
         self,
@@ -274,11 +302,21 @@ class Engine:
         max_steps: int | None = None,
         cancel: threading.Event | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        subject: Mapping[str, Any] | None = None,
     ) -> RunResult:
-        """Continue a run from its last checkpoint in the store."""
+        """Continue a run from its last checkpoint in the store (with the subject it was
+        started with; a different `subject` is SUBJECT_CHANGED)."""
         if self.store is None:
             raise RunError("resume needs a run store", code="STORE_ERROR")
         saved = self.store.load(run_id)
+        recorded = subject_of(saved["inputs"])
+        if subject is not None and parse_subject(subject, "--subject") != recorded:
+            raise UsageError(
+                f"run {run_id} was started by another subject (tenant {recorded.tenant!r}, "
+                f"clearance {list(recorded.clearance)}); a run answers one subject: resume it "
+                "without --subject, or start a new run",
+                code="SUBJECT_CHANGED",
+            )
         if saved["status"] == "completed":
             raise RunError(f"run {run_id} has completed", code="RUN_NOT_RESUMABLE")
         if saved["content_hash"] != self.pipeline.content_hash and not force:

@@ -148,6 +148,17 @@ def _near_inputs(unknown: Iterable[str], declared: list[str]) -> str:
 def apply_inputs(pipeline: Pipeline, inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Check inputs against the pipeline's declaration; return the initial variables."""
     values = dict(inputs)
+    # The subject is the run's, not a variable: checked here, kept in the run's inputs
+    # (ctx.inputs, which no step changes), never in the state a step may write.
+    if "subject" in values:
+        from runtime.governance.subject import parse_subject
+
+        problem = invalid_text(values["subject"])
+        if problem is not None:
+            raise InputError(
+                f"input 'subject' is not valid Unicode text: {problem}", code="INPUT_INVALID_TEXT"
+            )
+        parse_subject(values.pop("subject"))
     for name in values:
         if name in ENGINE_OWNED:
             raise InputError(f"input {name!r} is an engine-owned field", code="STATE_PROTECTED")

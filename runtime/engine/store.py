@@ -36,6 +36,7 @@ from runtime.engine.owner import is_gone, this_process
 from runtime.errors import RunError, StoreError, refuse_url
 from runtime.format.changes import fingerprint
 from runtime.governance.ledger import key_from_env
+from runtime.governance.subject import subject_of
 
 DEFAULT_PATH = ".runtime/runs.db"
 
@@ -422,6 +423,21 @@ MIGRATIONS += [("m013_blobs", _m13_blobs)]
 MIGRATIONS += [("m014_ledger_in_events", _ledger.migrate_events)]
 
 
+def _m15_subjects(db: sqlite3.Connection) -> None:
+    """Who each run answers (issue 28): the subject in its canonical JSON (docs/access.md).
+
+    The subject is also in the run's inputs, which the ledger covers and a resume reads;
+    this row is the record a reader lists runs by. Runs stored before have none (they
+    were anonymous unless their inputs named one).
+    """
+    db.execute(
+        "CREATE TABLE run_subjects (run_id TEXT PRIMARY KEY, subject TEXT NOT NULL) WITHOUT ROWID"
+    )
+
+
+MIGRATIONS += [("m015_subjects", _m15_subjects)]
+
+
 def _put_blobs(db: sqlite3.Connection, run_id: str, row: str, found: Mapping[str, str]) -> None:
     """A row's large strings (sha256 -> text), each written once, and the row's references.
 
@@ -594,6 +610,7 @@ class SqliteRunStore:
         # What a resume compares part by part, and the process running the run.
         parts = json.dumps(fingerprint(pipeline))
         owner = json.dumps(this_process())
+        subject = json.dumps(subject_of(inputs).to_dict(), sort_keys=True)
         # Large strings stored once by content, not in the row's JSON (blobs.py, m013).
         inputs_text, input_blobs = _blobs.dumps(inputs)
 
@@ -626,6 +643,7 @@ class SqliteRunStore:
                 db.executemany(_ledger.EVENT_INSERT, _ledger.with_entry(data, None))
             if choices is not None:
                 db.execute("INSERT INTO run_choices VALUES (?, ?)", (run_id, json.dumps(choices)))
+            db.execute("INSERT INTO run_subjects VALUES (?, ?)", (run_id, subject))
             if self._ledger is not None:
                 own, batch = _ledger.event_items(events or [], data)
                 first = _ledger.run_content(run_id, pipeline, now, inputs_text, batch)
@@ -846,6 +864,15 @@ class SqliteRunStore:
         row = (
             self._conn()
             .execute("SELECT choices FROM run_choices WHERE run_id = ?", (run_id,))
+            .fetchone()
+        )
+        return None if row is None else dict(json.loads(row[0]))
+
+    def subject(self, run_id: str) -> dict[str, Any] | None:
+        """The subject a run answers, as recorded (m015_subjects); None: a run stored before."""
+        row = (
+            self._conn()
+            .execute("SELECT subject FROM run_subjects WHERE run_id = ?", (run_id,))
             .fetchone()
         )
         return None if row is None else dict(json.loads(row[0]))

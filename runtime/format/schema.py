@@ -190,6 +190,43 @@ SETTINGS_SCHEMA: dict[str, Any] = {
             "items": {"type": "string", "pattern": _SCOPE_NAME},
             "description": "Pins the labels a run may see; inputs may only narrow them.",
         },
+        "access": {
+            "type": "object",
+            "description": "The access policy engine deciding what the run's subject may "
+            "read (docs/access.md).",
+            "properties": {
+                "engine": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "builtin (default), cedar, opa, or a third-party engine "
+                    "of the step_runtime.access_engines entry-point group.",
+                },
+                "policies": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "cedar: the .cedar policy file.",
+                },
+                "schema": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "cedar: the Cedar schema file (optional).",
+                },
+                "url": {
+                    "type": "string",
+                    "pattern": "^https?://",
+                    "description": "opa: the rule under OPA's data API (http://host:port/v1/data/...).",
+                },
+                "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 600},
+                "overfetch": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 64,
+                    "description": "A per-resource engine's search asks the store for this "
+                    "many times top_k candidates (default 4), more while top_k is not full.",
+                },
+            },
+            "additionalProperties": True,
+        },
         "default_model": {"type": "string"},
         "context_policy": POLICY_SCHEMA,
         "pack_budget": PACK_BUDGET_SCHEMA,

@@ -514,6 +514,16 @@ def _semantic_pass(
         base = str(prompts.base_dir) if prompts is not None else None
         for exc in check_settings(settings, base_dir=base):
             emit(_model_path(exc, settings), exc.code, exc.message, hint=exc.hint)
+        if settings.get("access") is not None:
+            # The access engine is loaded as a run would load it: an unknown engine, Cedar
+            # policies that do not parse or validate, an OPA url with credentials.
+            from runtime.errors import RunError
+            from runtime.governance.engines import load_engine
+
+            try:
+                load_engine(settings["access"], base or ".")
+            except RunError as exc:
+                emit(("settings", "access"), exc.code, exc.message, hint=exc.hint)
     if prompts is not None:
         for i, step in enumerate(plain_steps):
             # prompt_key, and the older engine's translate_prompt_key, name prompt files.

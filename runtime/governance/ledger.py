@@ -54,6 +54,7 @@ EVENT_KINDS: dict[str, str] = {
     "MODEL_TOOL_CALL": "tool_call",
     "REHYDRATED": "tool_call",
     "CONTEXT_BUDGET_DECISION": "decision",
+    "ACCESS": "decision",  # an access policy's decisions for one read (docs/access.md)
     "CONTEXT_BUDGET_ROUND": "decision",
     "MANAGE_CONTEXT_BUDGET": "decision",
     "THREAD_COMPACTED": "summary",

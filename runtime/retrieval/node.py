@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from runtime.errors import RunError
+from runtime.governance.subject import name_problem
 
 
 def meta_token(prefix: str, value: str) -> str:
@@ -15,21 +16,9 @@ def meta_token(prefix: str, value: str) -> str:
 
 
 def scope_value_problem(value: Any) -> str | None:
-    """Why value cannot name a repository, snapshot or label, else None.
-
-    An empty or blank value must never reach a read: `""` is falsy and would mean
-    "every repository". Surrounding whitespace and control characters are refused too,
-    so one name has one spelling. Anything else is matched exactly, byte for byte.
-    """
-    if not isinstance(value, str):
-        return f"must be a string, not {type(value).__name__}"
-    if not value.strip():
-        return "must not be empty or blank"
-    if value != value.strip():
-        return f"{value!r} has leading or trailing whitespace"
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        return f"{value!r} holds a control character"
-    return None
+    """Why value cannot name a repository, snapshot or label, else None (one rule for
+    scopes and subjects: runtime/governance/subject.py's name_problem)."""
+    return name_problem(value)
 
 
 @dataclass(frozen=True)

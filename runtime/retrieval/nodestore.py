@@ -729,6 +729,79 @@ class SqliteNodeStore(SearchPasses):
                     n.tokens[encoding] = (first, last, middle)
         return out
 
+    def file_resources(self, path: str) -> list[tuple[str, str, str, str, str, list[str]]]:
+        """(id, repository, snapshot, kind, path, labels) of the nodes indexed from a file
+        (an absolute path under a recorded repository root); never their text."""
+        db = self.conn()
+        out: list[tuple[str, str, str, str, str, list[str]]] = []
+        for repository, root in db.execute("SELECT repository, root FROM repository_roots"):
+            prefix = root.rstrip("/") + "/"
+            if not path.startswith(prefix):
+                continue
+            rel = path[len(prefix) :]
+            for nid, snap, kind, npath, labels in db.execute(
+                "SELECT id, snapshot, kind, path, labels FROM nodes "
+                "WHERE repository = ? AND path = ?",
+                (repository, rel),
+            ):
+                try:
+                    parsed = json.loads(labels)
+                except ValueError:
+                    parsed = None
+                # Labels that do not read as a list hide the node: shown as unreadable.
+                if not isinstance(parsed, list):
+                    parsed = ["(unreadable labels)"]
+                out.append((nid, repository, snap, kind, npath, [str(x) for x in parsed]))
+        return out
+
+    def index_labels(self) -> frozenset[str]:
+        """Every label some node of the index carries (cached with the statistics)."""
+        return self._stats().labels
+
+    def count_nodes(self, ids: Sequence[str], *, scope: Scope) -> int:
+        """How many of ids the scope may see (counted in SQL: no row is read out)."""
+        where, args = self._scope_sql(scope)
+        total = 0
+        db = self.conn()
+        unique = list(dict.fromkeys(ids))
+        for start in range(0, len(unique), 500):
+            chunk = unique[start : start + 500]
+            total += db.execute(
+                f"SELECT count(*) FROM nodes n WHERE n.id IN ({','.join('?' * len(chunk))}) "
+                f"AND {where}",
+                [*chunk, *args],
+            ).fetchone()[0]
+        return int(total)
+
+    def count_edges(
+        self,
+        ids: Sequence[str],
+        *,
+        scope: Scope,
+        direction: str = "out",
+        edge_types: Sequence[str] | None = None,
+    ) -> int:
+        """How many edges `edges` would return under scope (counted in SQL)."""
+        if not ids:
+            return 0
+        where, args = self._scope_sql(scope)
+        marks = ",".join("?" * len(ids))
+        tsql = f" AND e.edge_type IN ({','.join('?' * len(edge_types))})" if edge_types else ""
+        targs = list(edge_types or [])
+        total = 0
+        db = self.conn()
+        for near, far in (("from_id", "to_id"), ("to_id", "from_id")):
+            if (near == "from_id" and direction == "in") or (
+                near == "to_id" and direction == "out"
+            ):
+                continue
+            total += db.execute(
+                f"SELECT count(*) FROM edges e JOIN nodes n ON n.id = e.{far} "
+                f"WHERE e.{near} IN ({marks}){tsql} AND {where}",
+                [*ids, *targs, *args],
+            ).fetchone()[0]
+        return int(total)
+
     def edges(
         self,
         ids: Sequence[str],

@@ -847,6 +847,31 @@ class SearchPasses:
             window *= 8
         return [_hit(i, r[0], -r[1], *r[2:5]) for i, r in enumerate(rows)]
 
+    def count_matches(self, query: str, *, scope: Scope, cap: int = 10_000) -> int:
+        """Nodes the scope may see that hold any searched word of query, up to cap + 1.
+
+        Counted inside SQLite (no row is read out): what the access trace reports as the
+        candidates a rule hid is this count under the wider scope minus this one.
+        """
+        match = self._selective_any(query)
+        if not match:
+            return 0
+        need, hidden = self._meta_match(scope, None)
+        expr = f"({match})" + (f" AND {need}" if need else "")
+        if hidden:
+            expr = f"({expr}) NOT {hidden}"
+        where, args = self._scope_sql(scope)
+        row = (
+            self.conn()
+            .execute(
+                "SELECT count(*) FROM (SELECT 1 FROM nodes_fts f JOIN nodes n ON n.rowid = f.rowid "
+                f"WHERE nodes_fts MATCH ? AND {where} LIMIT ?)",
+                [expr, *args, cap + 1],
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
     def semantic(
         self,
         query: str,

@@ -248,9 +248,13 @@ def test_code_qa_packs_name_every_evidence_block_with_source_score_and_reason(co
     nodes = [i for i in knowledge["items"] if i["source"] != "assembly"]
     hits = {h["id"]: h for h in r.state["retrieval_hits"]}
     assert {i["id"] for i in nodes if i["source"] == "search"} == set(hits)
+    assert answer["access"]["engines"] == ["builtin"]
     for item in nodes:
         assert item["reason"] and item["content_hash"].startswith("sha256:")
-        assert item["decision"] == "scope:eshop/*/unlabelled"
+        # The access decision that admitted it: the default rule's, in the store query
+        # (docs/access.md), listed with the pack's access record.
+        assert item["decision"].startswith("acc-")
+        assert item["decision"] in answer["access"]["decisions"]
         assert item["evidence"]["filters"]["repository"] == "eshop"
         if item["source"] == "search":
             assert item["score"] == hits[item["id"]]["score"] == item["evidence"]["score"]

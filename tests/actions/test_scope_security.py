@@ -232,25 +232,28 @@ def test_malformed_allowed_labels_is_a_coded_error(index, step, bad):
 # --- where the scope comes from ---------------------------------------------------------
 
 SETTINGS_SCOPE = {"repository": "other", "snapshot": "main", "allowed_labels": ["secret"]}
+# A run without a subject is anonymous: pinned labels are a ceiling, never a grant
+# (docs/access.md); a subject cleared for the label sees it within the pin.
+ANONYMOUS = SETTINGS_SCOPE | {"allowed_labels": []}
+CLEARED = {"subject": {"clearance": ["secret", "public"]}}
 
 
 @pytest.mark.parametrize(
     "inputs,scope",
     [
-        ({}, SETTINGS_SCOPE),
+        ({}, ANONYMOUS),
+        (CLEARED, SETTINGS_SCOPE),
         (
             {"repository": None, "snapshot": None, "allowed_labels": None},
-            SETTINGS_SCOPE,
+            ANONYMOUS,
         ),
         (
             {"repository": "other", "snapshot": "main", "allowed_labels": []},
             {"repository": "other", "snapshot": "main", "allowed_labels": []},
         ),
-        ({"repository": "other"}, SETTINGS_SCOPE),
-        (
-            {"allowed_labels": ["secret", "secret"]},
-            SETTINGS_SCOPE | {"allowed_labels": ["secret", "secret"]},
-        ),
+        ({"repository": "other"}, ANONYMOUS),
+        ({"repository": "other", **CLEARED}, SETTINGS_SCOPE),
+        ({"allowed_labels": ["secret", "secret"]}, SETTINGS_SCOPE),
     ],
 )
 def test_run_inputs_narrow_what_settings_pin(index, inputs, scope):

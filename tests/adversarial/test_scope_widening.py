@@ -106,12 +106,18 @@ def seen(result: Any) -> list[str]:
 # --- a pinned scope ---------------------------------------------------------------------
 
 
+CLEARED = {"subject": {"clearance": ["confidential", "secret"]}}
+
+
 def test_the_pinned_scope_itself_is_searched(index):
-    ids = seen(run(index, {}, PINNED))
+    ids = seen(run(index, CLEARED, PINNED))
     assert CAPTURE in ids and PLACE in ids and CANCEL not in ids
     assert {i.split("::")[0] for i in ids} == {"eshop"}
-    same = seen(run(index, {"repository": "eshop", "snapshot": "main"}, PINNED))
+    same = seen(run(index, {"repository": "eshop", "snapshot": "main", **CLEARED}, PINNED))
     assert same == ids
+    # Without a subject the run is anonymous: the pin is a ceiling, not a grant.
+    anonymous = seen(run(index, {}, PINNED))
+    assert CAPTURE not in anonymous and PLACE in anonymous
 
 
 @pytest.mark.parametrize("name", ["repository", "snapshot"])
@@ -157,7 +163,7 @@ def test_blank_labels_are_refused(index, labels):
 
 @pytest.mark.parametrize(
     "labels,visible",
-    [(["confidential"], {CAPTURE}), ([], set()), (None, {CAPTURE})],
+    [(["confidential"], {CAPTURE}), ([], set()), (None, set())],
 )
 def test_input_labels_may_narrow_the_pinned_ones(index, labels, visible):
     ids = seen(run(index, {"allowed_labels": labels}, PINNED))

@@ -358,7 +358,8 @@ def test_search_nodes_passes_the_cap_and_reports_children(shop):
     hits = run("Which index covers PickedByPersonID?", top_k=3)["retrieval_hits"]
     assert hits[0]["id"] == "shop::main::table::Sales.Orders"
     assert hits[0]["children"][0].endswith("FK_Sales_Orders_PickedByPersonID")
-    assert all(set(h) <= {"id", "score", "rank", "children"} for h in hits)
+    # `decision`: the access decision that admitted the hit (docs/access.md).
+    assert all(set(h) <= {"id", "score", "rank", "children", "decision"} for h in hits)
 
 
 def test_runtime_search_shows_children_and_takes_the_cap(runner, shop):
