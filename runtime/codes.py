@@ -771,8 +771,9 @@ _CODES: list[Code] = [
     Code(
         "EVAL_EVIDENCE_UNKNOWN",
         "usage",
-        "A case names expected evidence (a node id, path glob or kind and name) that no "
-        "node of the index matches, so recall could never be measured.",
+        "A case names expected evidence or a distractor (a node id, path glob or kind and "
+        "name) that no node of the index matches: recall could never be measured, or the "
+        "case would run without its distractor.",
         "Index the corpus the cases are about (--index, or the cases file's corpus:), or "
         "correct the id.",
     ),

@@ -129,7 +129,14 @@ def select_distractors(
         if isinstance(entry, dict) and "auto" in entry:
             auto += int(entry["auto"])
             continue
-        named += sorted(resolve_entry(store, scope, entry, rows) - every)
+        ids = resolve_entry(store, scope, entry, rows)
+        if not ids:  # a typo would silently run the case without its distractor
+            raise UsageError(
+                f"case {case.id!r}: distractor {entry!r} matches no node of the index "
+                "(a path without * ? [ is read as a node id: write {path: ...})",
+                code="EVAL_EVIDENCE_UNKNOWN",
+            )
+        named += sorted(ids - every)
     named = list(dict.fromkeys(named))
     similar = similar_nodes(store, scope, case.question, every, auto + pad, exclude=set(named))
     return named + similar[:auto], similar[auto:]

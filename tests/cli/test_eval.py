@@ -237,3 +237,124 @@ def test_hostile_strings_are_text_in_the_html(runner, tmp_path, index, chat_serv
     assert "<script" not in page and "onerror=alert" not in page.replace("onerror=alert(2)&gt;", "")
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<img src=x" not in page
+
+
+def _without_timing(report: dict) -> dict:
+    """The report less what differs between two identical evaluations: run ids (which the
+    prompts' run-context preamble names, so pack ids differ too) and wall time."""
+    out = json.loads(json.dumps(report))
+    for r in out["runs"]:
+        r.pop("run_id"), r.pop("latency_s")
+        for call in r["context"]:
+            call.pop("pack_id")
+    for s in [out["aggregate"], *out["cases"].values()]:
+        s.pop("latency_s")
+    return out
+
+
+ONE = """\
+repository: eshop
+cases:
+  - id: place-order
+    question: Which stored procedure places an order?
+    expect:
+      evidence: [eshop::main::procedure::dbo.usp_PlaceOrder]
+      facts: [usp_PlaceOrder, OrderLines, /never said/]
+      answer_contains: [dbo.usp_PlaceOrder]
+      max_tokens: 100000
+    distractors: [{auto: 2}]
+"""
+
+SCRIPT = [
+    {"reply": '{"decision": "retrieve", "query": "stored procedure places order"}'},
+    {"reply": '{"decision": "sufficient"}'},
+    {"reply": "dbo.usp_PlaceOrder inserts the order and its OrderLines."},
+]
+
+
+def test_end_to_end_against_an_openai_compatible_server(runner, tmp_path, index, chat_server):
+    chat_server.script = list(SCRIPT)
+    res = _eval(
+        runner, tmp_path, index, PIPELINE, _small(tmp_path, ONE), "--json",
+        "--model", f"openai:test-model@{chat_server.url}",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    run = json.loads(res.stdout)["runs"][0]
+    assert len(chat_server.requests) == 3  # route, check, answer: each over HTTP
+    # the answer request carried the evidence the run measured
+    sent = chat_server.requests[2]["body"]["messages"][-1]["content"]
+    assert "dbo.usp_PlaceOrder" in sent
+    assert run["answer"] == "dbo.usp_PlaceOrder inserts the order and its OrderLines."
+    assert run["fact_coverage"] == pytest.approx(2 / 3)  # /never said/ is not in it
+    assert run["answer_contains"] == 1.0 and run["evidence_recall"] == 1.0
+    assert run["model_calls"] == 3 and run["within_max_tokens"] == 1.0
+    assert run["tokens_in"] > 0 and run["tokens_out"] > 0
+    assert run["distractors_seen"] == 2
+
+
+def test_a_cassette_makes_the_report_repeat_exactly(runner, tmp_path, index, chat_server):
+    chat_server.script = list(SCRIPT)
+    cassette = tmp_path / "qa.jsonl"
+    rec = runner.invoke(
+        cli,
+        ["exec", PIPELINE, "--index", index, "--store", str(tmp_path / "rec.db"),
+         "--model", f"openai:test-model@{chat_server.url}", "--record", str(cassette),
+         "--input", "question=Which stored procedure places an order?"],
+    )  # fmt: skip
+    assert rec.exit_code == 0, rec.output
+    cases = _small(tmp_path, ONE + "    variants: {k: [3, 6], position: [start, end]}\n")
+    reports = []
+    for jobs in ("1", "2"):
+        res = _eval(
+            runner, tmp_path, index, PIPELINE, cases, "--json", "--repeat", "2", "--jobs", jobs,
+            "--model", f"replay:{cassette}",
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        reports.append(json.loads(res.stdout))
+    a, b = (_without_timing(r) for r in reports)
+    for x, y in zip(a["runs"], b["runs"], strict=True):
+        assert x == y, [(k, x[k], y[k]) for k in x if x[k] != y[k]]
+    assert a == b
+    runs = reports[0]["runs"]
+    assert len(runs) == 8 and {r["answer"] for r in runs} == {SCRIPT[2]["reply"]}
+    # two repeats that agree: an interval of zero width
+    assert reports[0]["aggregate"]["evidence_recall"]["ci95"] == [1.0, 1.0]
+    assert len(chat_server.requests) == 3  # the replays made no request
+
+
+def test_distractors_named_by_glob_then_the_nodes_most_like_the_evidence(index):
+    from runtime.eval.cases import Case
+    from runtime.eval.evidence import resolve_evidence, select_distractors
+    from runtime.retrieval.node import Scope
+    from runtime.retrieval.nodestore import open_store
+
+    store, scope = open_store(index), Scope("eshop")
+    evidence_id = "eshop::main::procedure::dbo.usp_PlaceOrder"
+    case = Case(
+        id="c",
+        question="Which stored procedure places an order?",
+        evidence=[evidence_id],
+        distractors=[{"path": "Database/Tables/Orders.sql"}, {"auto": 3}],
+    )
+    evidence = resolve_evidence(store, scope, case)
+    assert evidence == [{evidence_id}]  # a procedure: nothing holds it
+    chosen, padding = select_distractors(store, scope, case, evidence, pad=2)
+    in_file = sorted(
+        r[0] for r in store.conn().execute(
+            "SELECT id FROM nodes WHERE path = 'Database/Tables/Orders.sql'")
+    )  # fmt: skip
+    assert len(in_file) > 3 and chosen[: len(in_file)] == in_file
+    auto = chosen[len(in_file) :]
+    # the most similar: the first hits for the question and the evidence's name, less the
+    # evidence and the distractors already named
+    hits = store.search(f"{case.question} usp_PlaceOrder", scope=scope, top_k=40)
+    rest = [h["id"] for h in hits if h["id"] != evidence_id and h["id"] not in in_file]
+    assert auto == rest[:3] and padding == rest[3:5]
+    assert evidence_id not in chosen + padding
+    # a path without glob characters is a node id: matching none, it is refused
+    from runtime.errors import UsageError
+
+    case.distractors = ["Database/Tables/Orders.sql"]
+    with pytest.raises(UsageError) as info:
+        select_distractors(store, scope, case, evidence)
+    assert info.value.code == "EVAL_EVIDENCE_UNKNOWN" and "{path: ...}" in info.value.message
