@@ -249,6 +249,27 @@ _CODES: list[Code] = [
         "step with `pointer_id_from: VAR`.",
     ),
     Code("COMPACTION_RULE_INVALID", "graph", "A compaction rule is incomplete or out of range."),
+    # issue 27 (assemble_context)
+    Code(
+        "ASSEMBLY_SOURCE_INVALID",
+        "graph",
+        "An assemble_context source is malformed: an unknown kind, axis, search type or "
+        "filter, a name used twice, a state source without `from`.",
+        "Use the kinds code, docs, memories, experiences, values, commits, state; axes full, "
+        "strategy, surprise, root_cause (docs/assembly.md).",
+    ),
+    Code(
+        "ASSEMBLY_BUDGET_MISSING",
+        "graph",
+        "assemble_context has no budget: neither max_tokens nor a max_tokens_from_settings "
+        "naming a positive integer setting.",
+    ),
+    Code(
+        "ASSEMBLY_PREMORTEM_INVALID",
+        "graph",
+        "assemble_context mode premortem needs exactly one of domain and domain_from "
+        "(and at most one of strategy and strategy_from).",
+    ),
     Code("RULE_INVALID", "graph", "A rule in a step's `rules` is malformed."),
     Code(
         "PROTECTED_FIELD",
@@ -548,6 +569,20 @@ _CODES: list[Code] = [
         "or the tokenizers package, or a server's /tokenize endpoint (tokenizer: server).",
         "cl100k_base and o200k_base ship with the install; hf:PATH needs the embeddings "
         "extra; server needs a llama.cpp-style /tokenize (docs/models.md).",
+    ),
+    # issue 27 (assemble_context): warnings in the trace, the other sources still assemble
+    Code(
+        "ASSEMBLY_SOURCE_FAILED",
+        "run",
+        "A source of assemble_context failed (its store raised a coded error); the event "
+        "names the source and the error's own code, and the pack is built from the others.",
+    ),
+    Code(
+        "ASSEMBLY_SOURCE_TIMEOUT",
+        "run",
+        "A source of assemble_context gave no answer within timeout_seconds; the pack is "
+        "built from the others.",
+        "Raise timeout_seconds on the step, or look at the store the source reads.",
     ),
     # --- models (one subtree) ----------------------------------------------------
     Code(
