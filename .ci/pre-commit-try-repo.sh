@@ -2,9 +2,10 @@
 # Runs this repository's pre-commit hooks the way a user's repository runs them:
 # `pre-commit try-repo` on a temporary repository holding a GitHub workflow, an Azure
 # Pipelines file (a top-level `steps:` list of another tool), mkdocs.yml, its own
-# .pre-commit-config.yaml, one clean pipeline and one pipeline with a warning.
-# Expected: step-runtime-validate passes (the warning is shown, every other YAML
-# file is skipped) and step-runtime-lint fails on that warning alone. .ci/run runs this.
+# .pre-commit-config.yaml, one clean pipeline (locked, its prompt changed since) and one
+# pipeline with a warning. Expected: step-runtime-validate passes (the warning is shown,
+# every other YAML file is skipped), step-runtime-lint fails on that warning alone and
+# step-runtime-lock-check fails naming the changed prompt. .ci/run runs this.
 #
 # One try-repo run, as each run installs the hook environment afresh (about a
 # minute, mostly pip). The hooks come from a snapshot of the working tree (tracked
@@ -91,6 +92,9 @@ steps:
   - id: orphan
     action: finalize
 EOF
+# qa.yaml is locked, then its prompt changes: the lock hook must fail, naming the prompt.
+(cd "$repo" && "$python" -m runtime lock pipelines/qa.yaml >/dev/null)
+echo "Answer from the evidence only." >"$repo/pipelines/prompts/answer.md"
 git_quiet -C "$repo" init -q
 git_quiet -C "$repo" add -A
 
@@ -109,4 +113,7 @@ grep -Fq "pipelines/warn.yaml:5:9: warning UNREACHABLE_STEP" <<<"$out" ||
 for other in ci.yml .pre-commit-config.yaml azure-pipelines.yml mkdocs.yml pipelines/qa.yaml:; do
   if grep -Fq "$other" <<<"$out"; then fail "$other was reported"; fi
 done
+grep -Fq "pipelines/prompts/answer.md:1:1: error LOCK_DRIFT prompt 'answer' changed at line 1" <<<"$out" ||
+  fail "step-runtime-lock-check did not name the changed prompt of the locked pipeline"
+grep -Eq '^step-runtime lock --check\.+Failed$' <<<"$out" || fail "step-runtime-lock-check did not fail"
 echo "pre-commit try-repo: ok"

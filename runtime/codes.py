@@ -825,6 +825,38 @@ _CODES: list[Code] = [
         "other outputs were written.",
         "pip install 'step-runtime[eval]'.",
     ),
+    # --- the behaviour lock (issue 32) -------------------------------------------
+    Code(
+        "LOCK_DRIFT",
+        "graph",
+        "A locked pipeline resolves differently from its lock file: a step, setting, prompt "
+        "byte, action behaviour version or default, model, tokenizer, policy or the runtime "
+        "version changed. The message says what, where and how (old and new value or hash).",
+        "Review the change; if it is meant, `runtime lock FILE --update` rewrites the lock "
+        "(`runtime lock FILE --diff` shows it first).",
+    ),
+    Code(
+        "LOCK_MISSING",
+        "graph",
+        "A pipeline is locked (`settings.compat_mode: locked`, or `--locked`) but its lock "
+        "file does not exist.",
+        "Write it with `runtime lock FILE` and commit it beside the pipeline.",
+    ),
+    Code(
+        "LOCK_INVALID",
+        "graph",
+        "A lock file cannot be read: not JSON, not an object, an unknown lock_version, or a "
+        "field of the wrong shape.",
+        "Write it again with `runtime lock FILE --update` (an older engine's lock: "
+        "`runtime lock FILE --upgrade`).",
+    ),
+    Code(
+        "LOCK_LEGACY",
+        "graph",
+        "The lock file is the older engine's (lock_version 1): its allowed step keys and "
+        "defaults are honoured, but prompts, settings and models are not frozen by it.",
+        "`runtime lock FILE --upgrade` writes the new format from it.",
+    ),
 ]
 
 CODES: dict[str, Code] = {c.name: c for c in _CODES}

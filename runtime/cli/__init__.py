@@ -32,6 +32,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "actions",
         "List the registered actions and where they come from.",
     ),
+    "lock": (
+        "runtime.cli.lock",
+        "lock",
+        "Freeze what a pipeline does in a lock file, or check it for drift.",
+    ),
     "explain": ("runtime.cli.explain", "explain", "Explain an error or diagnostic code."),
     "exec": ("runtime.cli.run", "exec_", "Run a pipeline."),
     "resume": (

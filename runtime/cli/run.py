@@ -115,13 +115,13 @@ def _run(engine_call: Any, as_json: bool, progress: Any, store: str | None = Non
     sys.exit(0 if result.status == "completed" else 1)
 
 
-def _load_or_exit(path: str) -> Any:
+def _load_or_exit(path: str, locked: bool = False) -> Any:
     from runtime.errors import PipelineInvalidError
     from runtime.format.diagnostics import render_text
     from runtime.format.validation import load_pipeline
 
     try:
-        return load_pipeline(path)
+        return load_pipeline(path, locked=locked)
     except PipelineInvalidError as exc:
         click.echo(render_text(exc.diagnostics), err=True)
         sys.exit(2)
@@ -207,6 +207,12 @@ _durability = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object with the run's result."
 )
 @_subject
+@click.option(
+    "--locked",
+    is_flag=True,
+    help="Refuse to run if the pipeline drifted from its lock file (LOCK_DRIFT), as "
+    "settings.compat_mode: locked does (docs/lock.md).",
+)
 @handle_errors
 def exec_(
     pipeline: str,
@@ -223,6 +229,7 @@ def exec_(
     record_path: str | None,
     as_json: bool,
     subject_text: str | None,
+    locked: bool,
 ) -> None:
     """Validate and run PIPELINE (a file, or FILE#NAME for a pack member).
 
@@ -239,7 +246,7 @@ def exec_(
     from runtime.engine.store import SqliteRunStore
     from runtime.errors import refuse_url
 
-    loaded = _load_or_exit(pipeline)
+    loaded = _load_or_exit(pipeline, locked)
     inputs = parse_inputs(
         input_pairs,
         inputs_file,

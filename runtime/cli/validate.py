@@ -12,7 +12,9 @@ from runtime.cli._common import color_enabled, handle_errors
 FORMATS = ("text", "json", "github", "sarif")
 
 
-def _run(paths: tuple[str, ...], fmt: str, strict: bool, only_pipelines: bool) -> None:
+def _run(
+    paths: tuple[str, ...], fmt: str, strict: bool, only_pipelines: bool, locked: bool = False
+) -> None:
     from runtime.format import diagnostics as d
     from runtime.format.validation import expand_paths, validate_paths
 
@@ -21,7 +23,7 @@ def _run(paths: tuple[str, ...], fmt: str, strict: bool, only_pipelines: bool) -
     files = expand_paths(list(paths))
     if not files:
         raise click.UsageError("no *.yaml or *.yml files found in the given paths")
-    report = validate_paths(list(paths), only_pipelines=only_pipelines)
+    report = validate_paths(list(paths), only_pipelines=only_pipelines, locked=locked)
     diags = report.diagnostics
     if fmt == "json":
         click.echo(d.render_json(diags, report.files))
@@ -66,15 +68,23 @@ def _options(func: Any) -> Any:
 @click.command()
 @_options
 @click.option("--strict", is_flag=True, help="Treat warnings as errors (exit 1).")
+@click.option(
+    "--locked",
+    is_flag=True,
+    help="Compare every pipeline with its lock file (<file>.lock.json): drift is LOCK_DRIFT "
+    "and a missing lock LOCK_MISSING, as settings.compat_mode: locked does (docs/lock.md).",
+)
 @handle_errors
-def validate(paths: tuple[str, ...], fmt: str, only_pipelines: bool, strict: bool) -> None:
+def validate(
+    paths: tuple[str, ...], fmt: str, only_pipelines: bool, strict: bool, locked: bool
+) -> None:
     """Validate pipeline files or folders (all *.yaml / *.yml), reporting every problem.
 
     A missing or empty file is an error (FILE_NOT_FOUND, YAML_NOT_A_PIPELINE); the
     other files are still checked. Exit status: 0 clean, 1 errors (or warnings with
     --strict), 2 usage error.
     """
-    _run(paths, fmt, strict, only_pipelines)
+    _run(paths, fmt, strict, only_pipelines, locked)
 
 
 @click.command()

@@ -305,6 +305,9 @@ class Action:
     reads_history: ClassVar[bool] = False
     # Extra JSON Schema keywords for the step object (e.g. dependentSchemas).
     schema_extra: ClassVar[dict[str, Any]] = {}
+    # The action's behaviour version, frozen by `runtime lock` (docs/lock.md): bump it when
+    # what the action does observably changes, and say so in docs/migrating.md.
+    behavior_version: ClassVar[str] = "1"
 
     @classmethod
     def targets(cls, step: Mapping[str, Any]) -> Iterator[Transition]:

@@ -41,8 +41,6 @@ UI_FIELDS: dict[str, dict[str, Any]] = {
 # Settings of the older engine that nothing here reads -> what they meant there. They are
 # SETTING_UNUSED warnings like any unread setting; the message says what they were.
 OLDER_SETTINGS: dict[str, str] = {
-    "behavior_version": "the older engine's behaviour lock version",
-    "compat_mode": "the older engine's lockfile mode",
     "snapshot_set_id": "the older engine's snapshot set for its UI",
     "native_chat": "the older engine's chat-template switch",
     "stages_visibility": "the older engine's UI stage policy",

@@ -112,6 +112,17 @@ SETTINGS_SCHEMA: dict[str, Any] = {
             "description": "Global step limit of a run (default 1000).",
         },
         "top_k": {"type": "integer", "minimum": 1, "description": "Default search result count."},
+        "compat_mode": {
+            "enum": ["locked", "strict", "latest"],
+            "description": "locked (or strict, the older engine's word): validate and exec "
+            "refuse any drift from the pipeline's lock file (docs/lock.md); latest: the lock "
+            "is not enforced.",
+        },
+        "behavior_version": {
+            "type": "string",
+            "description": "The older engine's behaviour version; compared with an older "
+            "engine's lock file (docs/lock.md).",
+        },
         "default_fidelity": fidelity_schema(
             "Fidelity of model steps that neither the transition taken nor the step sets "
             "(default compact)."

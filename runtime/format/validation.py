@@ -697,6 +697,7 @@ def _validate_doc(
     registry: Registry,
     bool_keys: list[BoolKey],
     for_execution: bool,
+    locked: bool | None = False,
 ) -> tuple[list[Diagnostic], Pipeline | None]:
     merged, problems = resolve(doc, cache)
     if any(p.severity == "error" for p in problems):
@@ -709,7 +710,13 @@ def _validate_doc(
     # An abstract pipeline is a base for `extends`: schema-checked, but not a runnable graph.
     abstract = doc.data.get("abstract") is True
     semantic = _semantic_pass(clean, failed, pos, registry, prompts=pipeline, graph=not abstract)
-    return problems + schema_diags + semantic, None if abstract else pipeline
+    diags = problems + schema_diags + semantic
+    if not abstract and not any(d.severity == "error" for d in diags):
+        from runtime.format import lock  # the behaviour lock: docs/lock.md
+
+        if locked or (locked is not None and lock.is_locked(pipeline)):
+            diags += lock.check(pipeline, registry)
+    return diags, None if abstract else pipeline
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:
@@ -736,6 +743,7 @@ def validate_paths(
     registry: Registry | None = None,
     for_execution: bool = False,
     only_pipelines: bool = False,
+    locked: bool = False,
 ) -> Report:
     """Validate files and folders; every problem of every file in one report.
 
@@ -743,11 +751,15 @@ def validate_paths(
     skipped and listed in `Report.skipped` instead of reported as not a pipeline.
     """
     with gc_paused():  # see gc_paused: collections during loading made validation quadratic
-        return _validate_paths(paths, registry, for_execution, only_pipelines)
+        return _validate_paths(paths, registry, for_execution, only_pipelines, locked)
 
 
 def _validate_paths(
-    paths: Sequence[str], registry: Registry | None, for_execution: bool, only_pipelines: bool
+    paths: Sequence[str],
+    registry: Registry | None,
+    for_execution: bool,
+    only_pipelines: bool,
+    locked: bool = False,
 ) -> Report:
     registry = registry or default_registry()
     cache = FileCache()
@@ -768,7 +780,9 @@ def _validate_paths(
         diagnostics.extend(problems)
         for doc in docs:
             try:
-                diags, pipeline = _validate_doc(doc, cache, registry, yf.bool_keys, for_execution)
+                diags, pipeline = _validate_doc(
+                    doc, cache, registry, yf.bool_keys, for_execution, locked
+                )
             except Exception as exc:  # turned into a coded diagnostic
                 loc = doc.data.loc or Location(file, 1, 1)
                 diagnostics.append(_crashed(exc, loc, json_path(doc.prefix)))
@@ -805,14 +819,23 @@ def load_pipeline(
     name: str | None = None,
     registry: Registry | None = None,
     for_execution: bool = True,
+    locked: bool | None = False,
 ) -> Pipeline:
-    """Load and validate one pipeline (`file.yaml` or `file.yaml#name`); raise on any error."""
+    """Load and validate one pipeline (`file.yaml` or `file.yaml#name`); raise on any error.
+
+    locked: True compares it with its lock file (docs/lock.md); False does when its settings
+    say `compat_mode: locked`; None never does (`runtime lock` itself).
+    """
     with gc_paused():  # as in validate_paths
-        return _load_pipeline(path, name, registry, for_execution)
+        return _load_pipeline(path, name, registry, for_execution, locked)
 
 
 def _load_pipeline(
-    path: str, name: str | None, registry: Registry | None, for_execution: bool
+    path: str,
+    name: str | None,
+    registry: Registry | None,
+    for_execution: bool,
+    locked: bool | None = False,
 ) -> Pipeline:
     if name is None and "#" in path and not Path(path).exists():
         path, _, name = path.partition("#")
@@ -833,7 +856,7 @@ def _load_pipeline(
         raise PipelineInvalidError(
             [Diagnostic("YAML_NOT_A_PIPELINE", "error", "no pipeline in file", loc.file, 1, 1)]
         )
-    diags, pipeline = _validate_doc(docs[0], cache, registry, yf.bool_keys, for_execution)
+    diags, pipeline = _validate_doc(docs[0], cache, registry, yf.bool_keys, for_execution, locked)
     diags = sort_diagnostics(problems + diags)
     if pipeline is None or any(d.severity == "error" for d in diags):
         raise PipelineInvalidError(

@@ -217,7 +217,7 @@ def test_settings_nothing_reads_are_warnings_at_their_key(tmp_path):
             "top_k": 3,
             "colour": "blue",
             "budget": 5,
-            "compat_mode": "locked",
+            "native_chat": True,
         },
         "steps": [{"id": "r", "action": "reader", "next": "end"}, {**END, "source": "x"}],
         "inputs": INPUTS,
@@ -233,9 +233,9 @@ def test_settings_nothing_reads_are_warnings_at_their_key(tmp_path):
         (
             "SETTING_UNUSED",
             "warning",
-            "$.settings.compat_mode",
-            "setting 'compat_mode' (the older engine's lockfile mode) is read by nothing in "
-            "this pipeline",
+            "$.settings.native_chat",
+            "setting 'native_chat' (the older engine's chat-template switch) is read by "
+            "nothing in this pipeline",
         ),
     ]
     assert (report.errors, report.warnings) == (0, 2)
