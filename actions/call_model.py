@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
-from actions import _jsonish
+from actions import _jsonish, _redact
 from actions._model_trace import trace_model_call
 from runtime.context.blocks import HEADER, as_evidence
 from runtime.context.packs import PACK_BUDGET_SCHEMA
@@ -30,6 +30,8 @@ from runtime.errors import (
     RunError,
     StateError,
 )
+from runtime.governance.redaction import SCHEMA as REDACT_SCHEMA
+from runtime.governance.redaction import config_problems as redact_problems
 
 # Per-message framing tokens of the chat format (role markers), counted on top of content.
 MESSAGE_OVERHEAD = 4
@@ -123,6 +125,7 @@ class CallModel(Action):
             "maximum": 10,
             "description": "Tool-call rounds before the model must answer (default 3).",
         },
+        "redact": REDACT_SCHEMA,
         "context_policy": POLICY_SCHEMA,
         "pack_budget": PACK_BUDGET_SCHEMA,
         # fidelity and thread_id are step fields of every action (runtime/format/schema.py).
@@ -148,6 +151,8 @@ class CallModel(Action):
                 config_from_spec(name, settings)
             except ModelError as exc:
                 yield Problem(exc.code, exc.message, ("model",))
+        for p in redact_problems(step.get("redact")):
+            yield Problem(p.code, p.message, ("redact", *p.path))
         parts = step.get("user_parts")
         for key, part in (parts if isinstance(parts, Mapping) else {}).items():
             kind = part.get("summary_kind") if isinstance(part, Mapping) else None
@@ -498,6 +503,10 @@ class CallModel(Action):
         from runtime.models import ModelRequest
 
         provider = ctx.services.model(ctx.step.get("model"))
+        mask = _redact.masking(ctx)  # issue 28: what the step reads reaches the model masked
+        if mask is not None:
+            ctx = cast(StepContext, _redact.MaskedContext(ctx, mask))
+            provider = _redact.MaskingProvider(provider, mask)
         messages, own, fidelity = self.assemble(ctx, provider)
         reserve = int(ctx.step.get("max_output_tokens", DEFAULT_MAX_OUTPUT))
         # A `full` step sends its thread (a degraded one sends none: its turns, if any, are
@@ -508,6 +517,10 @@ class CallModel(Action):
         messages, prompt_tokens = self.budget_stage(
             ctx, provider, messages, reserve, thread, preamble, budget
         )
+        if mask is not None:  # the system prompt and the preamble's notes too
+            messages, prompt_tokens = mask.final(messages, prompt_tokens, provider, ctx)
+            own = mask.messages(own)
+            mask.trace()
         self.record_pack(ctx, provider, messages, prompt_tokens, fidelity, budget)
         json_mode = bool(ctx.step.get("json"))
         # JSON is not streamed to the terminal: it is for the next step, not for a reader.
@@ -538,6 +551,9 @@ class CallModel(Action):
             trace_retries(ctx, exc.details.get("retries") or ())
             raise
         trace_retries(ctx, response.retries)
+        if mask is not None and tools:  # the tool rounds' results, as they were sent
+            messages = mask.messages(messages)
+            mask.trace(only_if_more=True)
         if len(sent) > 1:  # the final request's prompt, and every round's
             prompt_tokens = sent[-1]
             fidelity["round_prompt_tokens"] = sent

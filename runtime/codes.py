@@ -330,6 +330,51 @@ _CODES: list[Code] = [
         "Write it in a step before this one, declare it under `inputs`, or fix the name "
         "(docs/dataflow.md).",
     ),
+    # --- issue 28: redaction and governed exceptions (docs/access.md) -----------------
+    Code(
+        "REDACTION_INVALID",
+        "graph",
+        "A `redact:` value (in settings or on a model step) names an unknown kind, a custom "
+        "pattern name that is not lower-case letters, digits and _, or a built-in kind's "
+        "name, or the same name twice.",
+        "Kinds: email, phone, card, iban, secret, password; see docs/access.md, Redaction.",
+    ),
+    Code(
+        "REDACTION_PATTERN_INVALID",
+        "graph",
+        "A custom redaction pattern is not a valid regular expression, is over 500 "
+        "characters, matches the empty string, or backtracks catastrophically (it ran over "
+        "its time bound on a short probe).",
+        "Fix the expression; avoid nested quantifiers such as (a+)+.",
+    ),
+    Code(
+        "REDACTION_PATTERN_TIMEOUT",
+        "run",
+        "A custom redaction pattern ran over its time bound on a prompt: the prompt is not "
+        "sent (never unmasked).",
+        "Make the pattern linear (no nested quantifiers), or narrow it.",
+    ),
+    Code(
+        "EXCEPTION_DECLARED",
+        "graph",
+        "The pipeline declares a governed exception: a rule lifted for some steps until a "
+        "date (a warning naming its owner and expiry; its use is traced).",
+        "Keep it only as long as needed; its owner renews or removes it before it expires.",
+    ),
+    Code(
+        "EXCEPTION_EXPIRED",
+        "graph",
+        "A governed exception is past its expiry date: `runtime validate` reports it as an "
+        "error and `runtime exec` refuses the pipeline before the first step.",
+        "Remove the exception (the rule holds again), or have its owner renew it.",
+    ),
+    Code(
+        "EXCEPTION_INVALID",
+        "graph",
+        "A governed exception names an unknown rule, a step the pipeline does not have, an "
+        "expiry that is not a date, or an id used twice.",
+        "Rules: see docs/access.md, Governed exceptions.",
+    ),
     # --- run time ---------------------------------------------------------------
     Code("INPUT_MISSING", "run", "A required pipeline input was not given."),
     Code("INPUT_UNKNOWN", "run", "An input was given that the pipeline does not declare."),

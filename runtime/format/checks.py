@@ -631,6 +631,17 @@ def check_unused_settings(
             )
 
 
+def check_governance(steps: Sequence[Step], settings: Mapping[str, Any]) -> Iterator[Finding]:
+    """settings.redact's kinds and patterns; settings.exceptions (docs/access.md)."""
+    from runtime.governance import exceptions, redaction
+
+    for p in redaction.config_problems(settings.get("redact")):
+        yield Finding(p.code, p.message, ("settings", "redact", *p.path))
+    ids = [str(step.get("id")) for step in steps]
+    for f in exceptions.problems(settings, ids, exceptions.today_utc()):
+        yield Finding(f.code, f.message, f.path, f.hint, f.severity)
+
+
 def run_all(
     steps: Sequence[Step],
     settings: Mapping[str, Any],
@@ -651,4 +662,5 @@ def run_all(
     yield from check_settings_refs(steps, settings, registry)
     yield from check_pack_budgets(steps, settings)
     yield from check_actions(steps, settings, registry)
+    yield from check_governance(steps, settings)
     yield from check_unused_settings(steps, settings, registry)

@@ -18,6 +18,8 @@ from runtime.contract.registry import Registry
 from runtime.format.compat import UI_FIELDS
 from runtime.format.pipeline import INPUT_TYPES
 from runtime.format.transitions import fidelity_schema, target_schema
+from runtime.governance.exceptions import SCHEMA as EXCEPTIONS_SCHEMA
+from runtime.governance.redaction import SCHEMA as REDACT_SCHEMA
 
 SCHEMA_ID = "https://step-runtime.dev/schemas/pipeline.schema.json"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -152,6 +154,9 @@ SETTINGS_SCHEMA: dict[str, Any] = {
             "enum": ["cl100k_base", "o200k_base"],
             "description": "Token encoding for budgets.",
         },
+        # issue 28 (docs/access.md): redaction before model calls, governed exceptions
+        "redact": REDACT_SCHEMA,
+        "exceptions": EXCEPTIONS_SCHEMA,
         "prompts_dir": {
             "type": "string",
             "description": "Prompt folder: beside the file, else the working directory, else a "

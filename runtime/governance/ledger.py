@@ -59,6 +59,9 @@ EVENT_KINDS: dict[str, str] = {
     "MANAGE_CONTEXT_BUDGET": "decision",
     "THREAD_COMPACTED": "summary",
     "SUMMARY_MODEL_FALLBACK": "summary",
+    # issue 28: a governed exception used, and what a model step masked (counts only)
+    "EXCEPTION_USED": "decision",
+    "REDACTED": "decision",
 }
 
 

@@ -1,0 +1,78 @@
+"""The examples of docs/access.md's Redaction and Governed exceptions sections really run."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runtime.cli import cli
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "access.md"
+
+
+def section(title: str) -> str:
+    text = DOC.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else len(text)]
+
+
+def blocks(title: str, lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", section(title), re.S)
+
+
+@pytest.mark.parametrize("title", ["Redaction", "Governed exceptions"])
+def test_the_pipeline_example_validates_and_runs(runner, tmp_path, title):
+    [example] = blocks(title, "yaml")
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "answer.md").write_text("Answer the question.\n")
+    path = tmp_path / "p.yaml"
+    path.write_text(example)
+    checked = runner.invoke(cli, ["validate", "--format", "json", str(path)])
+    assert checked.exit_code == 0, checked.output
+    question = "Is card 4111 1111 1111 1111 of jane@example.com blocked?"
+    result = runner.invoke(
+        cli,
+        [
+            "exec",
+            str(path),
+            "--input",
+            f"question={question}",
+            "--json",
+            "--store",
+            str(tmp_path / "r.db"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    trace = runner.invoke(
+        cli,
+        [
+            "trace",
+            json.loads(result.stdout)["run_id"],
+            "--store",
+            str(tmp_path / "r.db"),
+            "--format",
+            "jsonl",
+        ],
+    )
+    events = [json.loads(x) for x in trace.stdout.splitlines()]
+    types = {e["type"] for e in events}
+    if title == "Redaction":
+        [call] = [e for e in events if e["type"] == "MODEL_CALL"]
+        assert "4111 1111 1111 1111" not in json.dumps(call["messages"]) and "REDACTED" in types
+    else:
+        assert "EXCEPTION_USED" in types and "REDACTED" not in types
+
+
+def test_the_python_example_runs():
+    [code] = blocks("Governed exceptions", "python")
+    [example] = blocks("Governed exceptions", "yaml")
+    settings = yaml.safe_load(example)["settings"]
+    settings["exceptions"][0]["expires"] = str(settings["exceptions"][0]["expires"])
+    scope = {"settings": settings}
+    exec(code.replace("...", "found = lifted"), scope)
+    assert scope["found"].id == "legacy-audit-export"
