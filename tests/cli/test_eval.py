@@ -70,10 +70,15 @@ def _not_blank_png(path: Path) -> None:
         assert colours is not None and len(colours) > 10  # lines, text, not one flat colour
 
 
-def test_shipped_sample_cases_run_offline_and_write_every_output(runner, tmp_path, index):
+def test_shipped_sample_cases_run_offline_and_write_every_output(runner, tmp_path, monkeypatch):
+    # the command of docs/eval.md as written: no --index (the cases' corpus is indexed)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RUNTIME_INDEX", raising=False)
+    monkeypatch.setenv("RUNTIME_STORE", str(tmp_path / "runs.db"))
+    result = runner.invoke(cli, ["eval", PIPELINE, SAMPLE_CASES, "--out", "report/"])
     out = tmp_path / "report"
-    result = _eval(runner, tmp_path, index, PIPELINE, SAMPLE_CASES, "--out", str(out))
     assert result.exit_code == 0, result.output + result.stderr
+    assert (tmp_path / ".runtime" / "eval" / "eshop.db").is_file()
     # the table: a row per case, then the aggregate
     for case in ("csharp-payment-retries", "sql-place-order", "cross-cancel-order"):
         assert case in result.stdout
@@ -93,6 +98,19 @@ def test_shipped_sample_cases_run_offline_and_write_every_output(runner, tmp_pat
     assert "<script" not in page and "http://" not in page and "https://" not in page
     # drill-down: every run's context, by run id
     assert all(r["run_id"] in page for r in report["runs"])
+    assert "wrote report.json, report.html, context_rot.png, position.png" in result.stderr
+
+
+def test_tokens_variants_set_the_evidence_budget(runner, tmp_path, index):
+    text = ONE + "    variants: {tokens: [200, 3000]}\n"
+    res = _eval(runner, tmp_path, index, PIPELINE, _small(tmp_path, text), "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    small, large = report["runs"]
+    assert (small["size"], large["size"], small["size_unit"]) == (200, 3000, "tokens")
+    assert 0 < small["blocks"] < large["blocks"]  # 200 tokens hold fewer blocks
+    assert report["curves"]["context_rot"]["unit"] == "tokens"
+    assert [p[0] for p in report["curves"]["context_rot"]["points"]["evidence_recall"]] == [200, 3000]
 
 
 def _knowledge(runner, tmp_path, run_id):
