@@ -101,13 +101,23 @@ def render(report: Mapping[str, Any], plots: Mapping[str, Path | None]) -> str:
             out.append(f"<p>answer:</p><pre>{_e(run['answer'])}</pre>")
             pos = ", ".join(f"{p:.2f}" for p in run["evidence_positions"]) or "-"
             out.append(f"<p>evidence positions (0 first block, 1 last): {_e(pos)}</p>")
+            shown_ids = set(run.get("evidence_shown") or ())
+            out.append(
+                f"<p>the whole context: <code>runtime context {_e(run['run_id'])}</code>; "
+                "expected evidence in <b>bold</b></p>"
+            )
             for call in run["context"]:
                 out.append(
                     f"<p>call {call['call']} (step <code>{_e(call['step'])}</code>, pack "
                     f"<code>{_e(call['pack_id'])}</code>) was shown {len(call['evidence'])} "
                     "evidence block(s):</p><ol>"
                 )
-                out += [f"<li><code>{_e(i)}</code></li>" for i in call["evidence"]]
+                out += [
+                    f"<li><b><code>{_e(i)}</code></b></li>"
+                    if i in shown_ids
+                    else f"<li><code>{_e(i)}</code></li>"
+                    for i in call["evidence"]
+                ]
                 out.append("</ol>")
             out.append("</details>")
     out.append("</body></html>\n")

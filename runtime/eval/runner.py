@@ -70,9 +70,24 @@ class Evaluator:
         self._resolved: dict[str, tuple[list[set[str]], list[str], list[str]]] = {}
         self._lock = threading.Lock()
 
+    def inputs(self, case: Case) -> dict[str, Any]:
+        """The run inputs of a case: the file's, the case's, its question."""
+        inputs = {**self.setup.inputs, **case.inputs, "question": case.question}
+        declared = self.setup.pipeline.inputs
+        if declared:  # the file's repository only where the pipeline takes one
+            inputs = {k: v for k, v in inputs.items() if k in declared or k in case.inputs}
+        return inputs
+
     def prepare(self, cases: CaseFile) -> None:
-        """Resolve every case's evidence and distractors once (errors before any run)."""
+        """Check every case's inputs, resolve its evidence and distractors (before any run)."""
+        from runtime.engine.state import apply_inputs
+        from runtime.errors import InputError, UsageError
+
         for case in cases.cases:
+            try:
+                apply_inputs(self.setup.pipeline, self.inputs(case))
+            except InputError as exc:
+                raise UsageError(f"case {case.id!r}: {exc.message}", code=exc.code) from exc
             evidence = resolve_evidence(self.setup.node_store, self.setup.scope, case)
             pad = max((v.k or 0) for v in case.variants)
             distractors, extra = select_distractors(
@@ -186,6 +201,7 @@ def measure(
         "tools_used": metrics.tools_used(case.tools, tools),
         "within_max_tokens": within,
         "evidence_positions": metrics.positions(last, every),
+        "evidence_shown": sorted(every & seen),
         "distractors_seen": sum(1 for d in distractors if d in seen),
         "blocks": len(last),
         "tokens_in": tokens_in,

@@ -97,7 +97,8 @@ def test_shipped_sample_cases_run_offline_and_write_every_output(runner, tmp_pat
     assert page.count("data:image/png;base64,") == 2
     assert "<script" not in page and "http://" not in page and "https://" not in page
     # drill-down: every run's context, by run id
-    assert all(r["run_id"] in page for r in report["runs"])
+    assert all(f"runtime context {r['run_id']}" in page for r in report["runs"])
+    assert "<b><code>eshop::main::procedure::dbo.usp_PlaceOrder</code></b>" in page
     assert "wrote report.json, report.html, context_rot.png, position.png" in result.stderr
 
 
@@ -110,7 +111,10 @@ def test_tokens_variants_set_the_evidence_budget(runner, tmp_path, index):
     assert (small["size"], large["size"], small["size_unit"]) == (200, 3000, "tokens")
     assert 0 < small["blocks"] < large["blocks"]  # 200 tokens hold fewer blocks
     assert report["curves"]["context_rot"]["unit"] == "tokens"
-    assert [p[0] for p in report["curves"]["context_rot"]["points"]["evidence_recall"]] == [200, 3000]
+    assert [p[0] for p in report["curves"]["context_rot"]["points"]["evidence_recall"]] == [
+        200,
+        3000,
+    ]
 
 
 def _knowledge(runner, tmp_path, run_id):
@@ -376,3 +380,15 @@ def test_distractors_named_by_glob_then_the_nodes_most_like_the_evidence(index):
     with pytest.raises(UsageError) as info:
         select_distractors(store, scope, case, evidence)
     assert info.value.code == "EVAL_EVIDENCE_UNKNOWN" and "{path: ...}" in info.value.message
+
+
+def test_a_case_whose_inputs_the_pipeline_refuses_stops_everything_before_a_run(
+    runner, tmp_path, index
+):
+    text = SMALL.replace(
+        "  - id: payment-retries\n", "  - id: payment-retries\n    inputs: {colour: red}\n"
+    )
+    res = _eval(runner, tmp_path, index, PIPELINE, _small(tmp_path, text))
+    assert res.exit_code == 2, res.output
+    assert "case 'payment-retries'" in res.stderr and "colour" in res.stderr
+    assert res.stdout == ""  # no table: no run was made
