@@ -22,6 +22,7 @@ A prompt sent over its budget (possible only in dry_run) increments the run coun
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -91,11 +92,19 @@ def _block_pieces(sid: str, block: str, summarizable: bool, kind: str | None) ->
     block is still read, and cited, as its node (issue 24).
     """
     head, text = split_block(block)
-    return (
-        [head, pol.Segment(sid, text, summarizable, kind)]
-        if head
-        else [pol.Segment(sid, text, summarizable, kind)]
+    if not head:
+        return [pol.Segment(sid, text, summarizable, kind)]
+    # The node and its path, for compaction's clusters (runtime/context/hierarchy.py).
+    fields: dict[str, str] = {}
+    for key, value in _FIELD.findall(head):  # the header's own lines come before metadata
+        fields.setdefault(key, value)
+    seg = pol.Segment(
+        sid, text, summarizable, kind, cite=fields.get("id"), group=fields.get("path")
     )
+    return [head, seg]
+
+
+_FIELD = re.compile(r"^(id|path): (.+)$", re.M)
 
 
 def prompt_of(
@@ -228,6 +237,8 @@ def stage(
             compacted=compacted,
             compacted_tokens_before=auto.tokens_before,
             compacted_tokens_after=auto.tokens_after,
+            compaction_levels=auto.levels,
+            compaction_folds=auto.folds,
         )
     if record is not None:
         record.update(
@@ -364,6 +375,8 @@ def compact_round(
         round=number,
         compacted_by="after_tool_call",
         compacted=[{**e, **_COMPACTED} for e in result.entries],
+        compaction_levels=result.levels,
+        compaction_folds=result.folds,
         tokens_before=result.tokens_before,
         tokens_after=result.tokens_after,
     )

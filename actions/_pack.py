@@ -79,6 +79,9 @@ def record(
             refs = compacted.get(i, [])
             if hits:
                 refs = refs + [s["pointer_id"] for s in hits]
+                levels = [s["level"] for s in hits if s.get("level")]
+                if levels:
+                    item["compaction_level"] = max(levels)
                 for s in hits:
                     _summarised_drop(b, s)
             if refs:
@@ -219,6 +222,8 @@ def _user_parts(
         }
         if s is not None:
             item["summary_ref"] = s["pointer_id"]
+            if s.get("level"):
+                item["compaction_level"] = s["level"]
             _summarised_drop(b, s)
         kind = "user" if source == "question" or source in ctx.inputs else "task"
         b.add(kind, max(0, tokens), item=item)
@@ -312,6 +317,8 @@ def _knowledge(
             item["decision"] = admitted.get(nid) or f"scope:{scope}"
         if s is not None:
             item["summary_ref"] = s["pointer_id"]
+            if s.get("level"):
+                item["compaction_level"] = s["level"]
             _summarised_drop(b, s, node=nid)
         if "\ncompact: true\n" in blk.split("\ntext:\n", 1)[0] + "\n":
             b.drop(nid, "compaction", None, by="manage_context_budget", shortened=True)
@@ -425,6 +432,12 @@ def _summarised_drop(b: packs.PackBuilder, s: Mapping[str, Any], node: str | Non
         by=s.get("by"),
         # False: the original was not counted whole (too big), tokens_saved is a lower bound.
         exact=s.get("tokens_before_exact", True),
+        # Compaction's level (1 per source, 2 per cluster, 3 the session), why, and the
+        # cluster or session block it was folded into.
+        level=s.get("level"),
+        level_reason=s.get("level_reason"),
+        cluster=s.get("cluster"),
+        session=s.get("session"),
     )
 
 

@@ -177,6 +177,8 @@ class Segment:
     summarizable: bool = True
     kind: str | None = None
     pointer: ptr.Pointer | None = None
+    cite: str | None = None  # the node an evidence block is (its header's id)
+    group: str | None = None  # ...and its path: compaction clusters blocks of one path
 
     @property
     def shown(self) -> str:
@@ -815,6 +817,9 @@ class AutoCompaction:
     tokens_after: int = 0
     items_before: int = 0
     items_after: int = 0
+    levels: list[int] = field(default_factory=list)  # the levels that ran (1, 2, 3)
+    # Each level's cluster or session pointers: {pointer_id, level, of, members, tokens}.
+    folds: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _is_block(sid: str) -> bool:
@@ -844,12 +849,17 @@ def compact_prompt(
 
     Fires when the prompt is over `at` of the budget, or holds more than `max_items` whole
     summarisable payloads, or when `force` names a cause (after_tool_call: then every
-    payload is compacted). First per source: the step's user parts and the evidence of
+    payload is compacted). Level 1, per source: the step's user parts and the evidence of
     each thread turn, all blocks of one source at a time (block headers stay), in prompt
-    order; then, while still over, the oldest thread turns one at a time. Deterministic
-    with the deterministic summarisers. A prompt holding a payload too large to count
-    (over the budget by its size alone) is left to `enforce`.
+    order; then, while still over, the oldest thread turns one at a time. Level 2, only
+    when level 1 left it over: clusters of related payloads, one at a time, each folded
+    into one block (hierarchy.py). Level 3, only when level 2 left it over: the whole
+    session in one block. Deterministic with the deterministic summarisers. A prompt
+    holding a payload too large to count (over the budget by its size alone) is left to
+    `enforce`.
     """
+    from runtime.context import hierarchy
+
     out = AutoCompaction()
     for m in messages:
         for s in m.segments():
@@ -864,18 +874,28 @@ def compact_prompt(
     out.tokens_before = out.tokens_after = total
     out.items_before = out.items_after = len(whole())
 
-    def over() -> str | None:
-        if force:
-            return force
+    def still() -> str | None:  # over the trigger's size or count (not its force)
         if total > limit:
             return "at"
         if max_items is not None and len(whole()) > max_items:
             return "max_items"
         return None
 
+    def over() -> str | None:
+        return force or still()
+
+    def why(level: int) -> str:
+        cause = still() or force
+        if cause == "at":
+            return f"{hierarchy.LEVELS[level]}: the prompt was {total:,} tokens, over {limit:,}"
+        if cause == "max_items":
+            return f"{hierarchy.LEVELS[level]}: {len(whole())} payloads whole, over {max_items}"
+        return f"{hierarchy.LEVELS[level]}: {cause}"
+
     out.fired = over()
     if out.fired is None:
         return out
+    out.levels.append(1)
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     # Sources in prompt order: an evidence section (its blocks), or a user part's value.
     sources: dict[str, list[Segment]] = {}
@@ -894,9 +914,12 @@ def compact_prompt(
         ("source", key, segs, None) for key, segs in sources.items()
     ]
     steps += [("turn", s.sid, [s], m.role) for m, s in turns]
+    mine: set[int] = set()  # the segments this compaction put behind pointers
+    entries: dict[str, dict[str, Any]] = {}
     for phase, key, segs, role in steps:
         if over() is None:
             break
+        reason = why(1)
         for seg in segs:
             before = counter.count_cached(seg.text)
             pointer = point(
@@ -912,17 +935,83 @@ def compact_prompt(
             if after >= before:
                 continue  # a pointer would not be smaller: keep the payload
             seg.pointer = pointer
-            out.entries.append(
+            mine.add(id(seg))
+            entries[seg.sid] = {
+                "id": seg.sid,
+                **ptr.as_mapping(pointer),
+                "tokens_before": before,
+                "tokens_after": after,
+                "phase": phase,
+                "source": key,
+                "level": 1,
+                "level_reason": reason,
+            }
+        total = prompt_tokens(messages, counter, overhead)
+    for level in (2, 3):
+        if still() is None:
+            break
+        out.levels.append(level)
+        found = hierarchy.members(messages, mine)
+        groups = (
+            hierarchy.clusters(found) if level == 2 else ([("", found)] if len(found) > 1 else [])
+        )
+        for what, group in groups:
+            if still() is None:
+                break
+            reason = why(level)
+            now = {id(m.seg): counter.count_cached(m.seg.shown) for m in group}
+            # The digest at summary_tokens, halved down to the smallest summary while the
+            # block and its references would not be smaller than what the group shows now
+            # (the session's, the last level, also while the prompt would stay over).
+            size = summary_tokens
+            while True:
+                done = hierarchy.fold(
+                    "cluster" if level == 2 else "session",
+                    what,
+                    group,
+                    counter=counter,
+                    summary_tokens=size,
+                    way_back=way_back,
+                )
+                then = {id(m.seg): counter.count_cached(p.display_text) for m, _, p in done.members}
+                gain = sum(now.values()) - sum(then.values())
+                if size <= _MIN_SHRUNK or (gain > 0 and (level == 2 or total - gain <= limit)):
+                    break
+                size = max(_MIN_SHRUNK, size // 2)
+            if sum(then.values()) >= sum(now.values()):
+                continue  # the fold would not be smaller: keep the group as it is
+            done.keep(store, run_id)
+            for member, own, shown in done.members:
+                seg = member.seg
+                seg.pointer = shown
+                mine.add(id(seg))
+                entry = entries.get(seg.sid)
+                if entry is None:  # whole until now (its level-1 pointer was no smaller)
+                    entry = entries[seg.sid] = {
+                        "id": seg.sid,
+                        **ptr.as_mapping(own),
+                        "tokens_before": counter.count_cached(seg.text),
+                        "phase": "cluster" if level == 2 else "session",
+                        "source": member.source,
+                    }
+                entry.update(
+                    tokens_after=then[id(seg)],
+                    level=level,
+                    level_reason=reason,
+                    **{"cluster" if level == 2 else "session": done.pointer.pointer_id},
+                )
+            out.folds.append(
                 {
-                    "id": seg.sid,
-                    **ptr.as_mapping(pointer),
-                    "tokens_before": before,
-                    "tokens_after": after,
-                    "phase": phase,
-                    "source": key,
+                    "level": level,
+                    "pointer_id": done.pointer.pointer_id,
+                    "of": what,
+                    "members": [m.seg.sid for m in group],
+                    "tokens_before": sum(now.values()),
+                    "tokens_after": sum(then.values()),
                 }
             )
-        total = prompt_tokens(messages, counter, overhead)
+            total = prompt_tokens(messages, counter, overhead)
+    out.entries = list(entries.values())  # in the order level 1 took them, then the rest
     out.tokens_after = total
     out.items_after = len(whole())
     return out

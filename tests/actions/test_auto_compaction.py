@@ -252,3 +252,110 @@ def test_a_payload_compacted_again_on_a_later_call_is_counted_once():
             "compactions": 1,
             "tokens_saved": entry["tokens_before"] - entry["tokens_after"],
         }, call
+
+
+# --- hierarchical levels (runtime/context/hierarchy.py) -----------------------------------
+
+
+def test_a_cluster_then_the_session_only_when_the_level_before_left_it_over(tmp_path):
+    levels = {}
+    for at in (0.8, 0.5, 0.3):
+        r = ask(tmp_path / str(at), {"at": at})
+        [d] = events(r, "CONTEXT_BUDGET_DECISION")
+        levels[at] = d["compaction_levels"]
+        assert d["prompt_tokens"] <= at * d["budget"]
+        [pack] = r.packs
+        packs.assert_coverage(pack)
+        drops = {x["id"]: x for x in pack["drops"]["items"] if x["reason"] == "compaction"}
+        # Each compacted payload's drop says the level it ended at and why.
+        assert {i: x["level"] for i, x in drops.items()} == {
+            e["id"]: e["level"] for e in d["compacted"]
+        }
+        assert all(
+            x["level_reason"].startswith(("per source:", "per cluster:", "whole session:"))
+            for x in drops.values()
+        )
+        items = {i["id"]: i for s in pack["sections"] for i in s["items"]}
+        for e in d["compacted"]:
+            node = e["id"].replace("user_parts.code[", "proc").replace("user_parts.docs[", "doc")
+            assert items[node.rstrip("]")]["compaction_level"] == e["level"]
+    assert levels == {0.8: [1], 0.5: [1, 2], 0.3: [1, 2, 3]}
+
+
+def test_the_session_block_and_every_member_reach_the_model_as_data_with_their_headers(
+    tmp_path,
+):
+    r = ask(tmp_path, {"at": 0.3})
+    [d] = events(r, "CONTEXT_BUDGET_DECISION")
+    session = d["compaction_folds"][-1]
+    assert session["level"] == 3 and len(session["members"]) == 5
+    [call] = events(r, "MODEL_CALL")
+    system, user = call["messages"][0]["content"], call["messages"][-1]["content"]
+    assert "ELIDED" not in system
+    assert user.count(f"[ELIDED {session['pointer_id']}: session of 5 items") == 1
+    for k in range(3):
+        assert f"id: proc{k}\npath: src/proc{k}.sql\ntext:\n" in user
+        assert f"[proc{k}]" in user  # cited in the session's digest
+
+
+def test_every_original_of_a_session_is_two_rehydrations_away_in_the_run_store(tmp_path):
+    import re
+
+    r, store = run(
+        tmp_path,
+        {"user_parts": PARTS, "max_output_tokens": 248},
+        INPUTS,
+        settings={"context_policy": {"enabled": True, "compact": {"at": 0.3}}},
+        store=True,
+    )
+    assert r.status == "completed", r.error
+    [d] = [e for e in store.events("t") if e["type"] == "CONTEXT_BUDGET_DECISION"]
+    session = d["compaction_folds"][-1]["pointer_id"]
+    _, listing = store.get_original("t", session)
+    members = re.findall(r"^\d+\. (\S+) \((\S+)\): (ptr-[0-9a-f]{16})$", listing, re.M)
+    assert [sid for _, sid, _ in members] == [e["id"] for e in d["compacted"]]
+    texts = [b.split("\ntext:\n", 1)[1] for b in INPUTS["code"] + INPUTS["docs"]]
+    assert [store.get_original("t", p)[1] for _, _, p in members] == texts
+    from tests.ledger_support import open_and_verify
+
+    store.close()
+    assert open_and_verify(str(tmp_path / "runs.db"), "t", None).ok
+
+
+def test_a_key_in_a_compacted_block_reaches_no_pack_or_ledger_row(tmp_path, monkeypatch):
+    import json
+    import sqlite3
+
+    key = "sk-test-" + "h26" * 12
+    monkeypatch.setenv("COMPACT_TEST_KEY", key)
+    planted = dict(INPUTS, code=[b + f"-- {key}\n" for b in INPUTS["code"]])
+    r, store = run(
+        tmp_path,
+        {"user_parts": PARTS, "max_output_tokens": 248},
+        planted,
+        settings={
+            "context_policy": {"enabled": True, "compact": {"at": 0.3}},
+            "models": {
+                "small": {
+                    "provider": "extractive",
+                    "context_window": 2048,
+                    "api_key_env": "COMPACT_TEST_KEY",
+                }
+            },
+        },
+        store=True,
+    )
+    assert r.status == "completed", r.error
+    decisions = [e for e in store.events("t") if e["type"] == "CONTEXT_BUDGET_DECISION"]
+    assert [d["compaction_levels"] for d in decisions] == [[1, 2, 3]]
+    store.close()
+    db = sqlite3.connect(tmp_path / "runs.db")
+    rows = [
+        db.execute("SELECT * FROM run_context_packs").fetchall(),
+        db.execute("SELECT * FROM run_ledger").fetchall(),
+        db.execute("SELECT ledger_content FROM events WHERE ledger_content IS NOT NULL").fetchall(),
+        decisions,
+    ]
+    db.close()
+    assert all(rows[:3])
+    assert key not in json.dumps(rows, default=repr)

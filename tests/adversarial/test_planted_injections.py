@@ -60,7 +60,9 @@ def planted(tmp_path_factory):
     return store
 
 
-def _pipeline(tmp_path: Path, mode: str, include: bool = True, compact: bool = False) -> Pipeline:
+def _pipeline(
+    tmp_path: Path, mode: str, include: bool = True, compact: bool | dict[str, Any] = False
+) -> Pipeline:
     prompts = tmp_path / "prompts"
     prompts.mkdir(exist_ok=True)
     for name in ("plan", "think", "answer"):
@@ -136,7 +138,8 @@ def _pipeline(tmp_path: Path, mode: str, include: bool = True, compact: bool = F
     if not include:
         del data["settings"]["fidelity"]
     if compact:  # compaction fires on every call: the evidence goes behind summaries
-        data["settings"]["context_policy"] = {"compact": {"at": 0.01, "max_items": 1}}
+        spec = compact if isinstance(compact, dict) else {"at": 0.01, "max_items": 1}
+        data["settings"]["context_policy"] = {"compact": spec}
     return Pipeline.from_dict(data, file=str(tmp_path / "planted.yaml"))
 
 
@@ -228,11 +231,15 @@ def planted_long(tmp_path_factory):
     return store
 
 
+@pytest.mark.parametrize("levels", ["source", "session"])
 @pytest.mark.parametrize("mode", ["full", "summary:high"])
-def test_compacted_evidence_still_reaches_no_system_message(tmp_path, planted_long, mode):
+def test_compacted_evidence_still_reaches_no_system_message(tmp_path, planted_long, mode, levels):
     """With `context_policy.compact` the planted text is summarised behind pointers; the
-    summaries (extractive: the plant's own words) stay in the user part, never the system."""
-    pipeline = _pipeline(tmp_path, mode, compact=True)
+    summaries (extractive: the plant's own words) stay in the user part, never the system.
+    `session`: an `at` of 100 tokens, which no prompt reaches: every level runs, and the
+    plants are folded into cluster and session digests (hierarchical compaction)."""
+    spec = {"at": 0.0001} if levels == "session" else True
+    pipeline = _pipeline(tmp_path, mode, compact=spec)
     services = Services(
         settings=pipeline.settings,
         base_dir=str(tmp_path),
@@ -249,6 +256,10 @@ def test_compacted_evidence_still_reaches_no_system_message(tmp_path, planted_lo
     assert decisions and all(d["compacted_by"] == "trigger" for d in decisions), [
         (d["step_id"], d["compaction_trigger"], d["compacted_by"]) for d in decisions
     ]
+    folds = {f["level"] for d in decisions for f in d["compaction_folds"]}
+    assert levels == "source" or 3 in folds
+    if levels == "session":
+        assert all(d["compaction_levels"] == [1, 2, 3] for d in decisions)
     for step, call in calls.items():
         system = [m["content"] for m in call["messages"] if m["role"] == "system"]
         assert system, step
@@ -257,8 +268,8 @@ def test_compacted_evidence_still_reaches_no_system_message(tmp_path, planted_lo
                 assert marker not in text, (mode, step, marker)
         user = call["messages"][-1]
         assert user["role"] == "user" and "[ELIDED ptr-" in user["content"], step
-    # The plants still reach the model, as data in the user part (a summary or the reply).
-    assert "PLANTEDREPLY" in calls["answer"]["messages"][-1]["content"]
-    assert any(
-        m in calls["answer"]["messages"][-1]["content"] for m in ("PLANTEDFILE", "PLANTEDHIT")
-    )
+    # The plants still reach the model, as data in the user part (a summary, a digest, a
+    # block header); the planted reply, folded with the rest, behind a pointer named there.
+    answer = calls["answer"]["messages"][-1]["content"]
+    assert any(m in answer for m in ("PLANTEDFILE", "PLANTEDHIT"))
+    assert "PLANTEDREPLY" in answer or "[user_parts.prior]" in answer
