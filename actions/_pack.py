@@ -280,8 +280,7 @@ def _knowledge(
     scope, filters, labels = _scope(ctx, retrieved)
     admitted = _admitted(ctx)
     seen: set[str] = set()
-    for sid, blk in evidence:
-        node = block_id(blk)
+    for (sid, blk), node in zip(evidence, ids, strict=True):
         nid = node or sid
         s = summarised.get(sid)
         # Sent summarised: its header and the pointer block its text went behind.
@@ -320,7 +319,7 @@ def _knowledge(
             if s.get("level"):
                 item["compaction_level"] = s["level"]
             _summarised_drop(b, s, node=nid)
-        if "\ncompact: true\n" in blk.split("\ntext:\n", 1)[0] + "\n":
+        if _shortened(blk):
             b.drop(nid, "compaction", None, by="manage_context_budget", shortened=True)
         if nid in seen:
             item["duplicate"] = True
@@ -332,6 +331,15 @@ def _knowledge(
         f"evidence blocks: {len(seeds)} search hits ({mode}) and their graph expansion, "
         "fetched under the evidence budget",
     )
+
+
+def _shortened(block: str) -> bool:
+    """Whether a block's header says `compact: true` (manage_context_budget shortened it):
+    `"\ncompact: true\n" in header + "\n"`, found without copying the block."""
+    end = block.find("\ntext:\n")
+    if end < 0:
+        return "\ncompact: true\n" in block or block.endswith("\ncompact: true")
+    return block.find("\ncompact: true\n", 0, end + 1) >= 0
 
 
 def _scope(ctx: StepContext, ids: list[str]) -> tuple[str, dict[str, Any], dict[str, list[str]]]:

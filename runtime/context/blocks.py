@@ -98,8 +98,19 @@ def split_blocks(text: str) -> list[str]:
     return [p for p in pieces[:1] if p] + [HEADER + p for p in pieces[1:]]
 
 
+_ID_FIRST = HEADER + "\nid: "
+
+
 def block_id(block: str) -> str | None:
     """The node id of a block (None for other strings, such as a batch marker)."""
+    if block.startswith(_ID_FIRST):
+        # The id line right after the header, as format_block writes it: the line itself,
+        # what the search below finds first (a line holds no "\ntext:\n"), without a scan.
+        start = len(_ID_FIRST)
+        end = block.find("\n", start)
+        value = block[start:] if end < 0 else block[start:end]
+        if value:
+            return value.strip()
     if not block.startswith(HEADER):
         return None
     m = _ID_LINE.search(block, 0, block.find("\ntext:\n") if "\ntext:\n" in block else len(block))

@@ -60,6 +60,8 @@ class PackCoverageError(AssertionError):
 def content_hash(text: str) -> str:
     """sha256 of a text's UTF-8 bytes, as `sha256:<hex>` (a megabyte at a time: a large
     input is not copied whole)."""
+    if len(text) <= 1 << 20:  # most texts: one encode, one call
+        return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     digest = hashlib.sha256()
     for at in range(0, len(text), 1 << 20):
         digest.update(text[at : at + (1 << 20)].encode("utf-8", "surrogatepass"))

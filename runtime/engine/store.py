@@ -524,8 +524,8 @@ class SqliteRunStore:
             self._local.durability = self.durability
         return conn
 
-    def _tx(self, fn: Callable[[sqlite3.Connection], Any], durability: str | None = None) -> Any:
-        """Run fn in an IMMEDIATE transaction, retrying while another writer holds the lock."""
+    def _durable(self, durability: str | None = None) -> sqlite3.Connection:
+        """The thread's connection, set to the durability wanted (the store's by default)."""
         conn = self._conn()
         wanted = durability or self.durability
         if wanted != self._local.durability:  # per connection, and only between transactions
@@ -536,6 +536,11 @@ class SqliteRunStore:
                 )
             conn.execute(f"PRAGMA synchronous={DURABILITY[wanted]}")
             self._local.durability = wanted
+        return conn
+
+    def _tx(self, fn: Callable[[sqlite3.Connection], Any], durability: str | None = None) -> Any:
+        """Run fn in an IMMEDIATE transaction, retrying while another writer holds the lock."""
+        conn = self._durable(durability)
         delay = 0.005
         for _ in range(200):
             try:
@@ -1263,17 +1268,21 @@ class SqliteRunStore:
             "utf-8", "surrogatepass"
         )
 
-        def fn(db: sqlite3.Connection) -> int:
-            (last,) = db.execute(
-                "SELECT coalesce(max(seq), 0) FROM run_context_packs WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            db.execute(
-                "INSERT INTO run_context_packs VALUES (?, ?, ?, ?, ?)",
-                (run_id, last + 1, str(pack.get("step_id")), str(pack.get("pack_id")), text),
+        # One statement, so one implicit transaction (no BEGIN ... COMMIT round): the number
+        # is taken and the row written atomically.
+        try:
+            (seq,) = (
+                self._durable()
+                .execute(
+                    "INSERT INTO run_context_packs SELECT ?, coalesce(max(seq), 0) + 1, ?, ?, ?"
+                    " FROM run_context_packs WHERE run_id = ? RETURNING seq",
+                    (run_id, str(pack.get("step_id")), str(pack.get("pack_id")), text, run_id),
+                )
+                .fetchone()
             )
-            return int(last) + 1
-
-        return int(self._tx(fn))
+        except sqlite3.DatabaseError as exc:  # a damaged file: coded, never a traceback
+            raise StoreError(f"run store {self.path}: {exc}") from exc
+        return int(seq)
 
     @_reader
     def packs(self, run_id: str, step_id: str | None = None) -> list[dict[str, Any]]:
