@@ -7,7 +7,7 @@ catch starts from clean state (Amazon States Language semantics).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,43 @@ _DELETED = object()
 # Written values that are JSON as they stand and that a STEP event's `wrote` records as
 # themselves; a write of anything else asks for the summaries (`_summarize`).
 _AS_ITSELF: frozenset[type] = frozenset({int, bool, type(None)})
+
+
+_CONTAINERS = (list, dict)
+
+
+def _own(value: Any) -> Any:
+    """A copy of a JSON value's lists and mappings; strings and numbers are shared (immutable).
+
+    Plain lists and dicts come out, also of a pipeline's own literals (set_variables may
+    store a step's `value` as it was loaded). Cheaper than copy.deepcopy (no memo, no
+    dispatch). State values nest at most 400 levels (state.check_json).
+    """
+    if isinstance(value, list):
+        return [_own(v) if isinstance(v, _CONTAINERS) else v for v in value]
+    return {k: _own(v) if isinstance(v, _CONTAINERS) else v for k, v in value.items()}
+
+
+class _View(Mapping[str, Any]):
+    """A read-only mapping over the run's variables whose lists and mappings come out copied."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, name: str) -> Any:
+        value = self._data[name]
+        return _own(value) if isinstance(value, _CONTAINERS) else value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._data
 
 
 class Context:
@@ -163,7 +200,9 @@ class Context:
         else:
             value = self._variables.get(name, _MISSING)  # no JSON value is `...`
             if value is not _MISSING:
-                return value
+                # The run's value is not the action's: a list or mapping is handed out as a
+                # copy, so a change in place (then a failure, or no write) leaves no trace.
+                return _own(value) if isinstance(value, _CONTAINERS) else value
         if default is _MISSING:
             raise StateError(
                 f"step {self.step_id!r} reads variable {name!r}, which is not set",
@@ -173,8 +212,11 @@ class Context:
         return default
 
     def variables(self) -> Mapping[str, Any]:
-        """A read-only view of the committed variables (for preambles; reads are not tracked)."""
-        return MappingProxyType(self._variables)
+        """A read-only view of the committed variables (for preambles; reads are not tracked).
+
+        A value read through it is a copy, as from `get`: nothing read here changes the run.
+        """
+        return _View(self._variables)
 
     def has(self, name: str) -> bool:
         """True when the state variable is set."""

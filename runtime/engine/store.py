@@ -711,7 +711,13 @@ class SqliteRunStore:
 
         def fn(db: sqlite3.Connection) -> None:
             if rows:
-                db.executemany("INSERT OR REPLACE INTO run_vars VALUES (?, ?, ?, ?)", rows)
+                # An update in place keeps the row (its rowid): `load` lists the variables in
+                # the order they were first set, as the uninterrupted run's dict has them.
+                db.executemany(
+                    "INSERT INTO run_vars VALUES (?, ?, ?, ?) ON CONFLICT (run_id, name) "
+                    "DO UPDATE SET hash = excluded.hash, value = excluded.value",
+                    rows,
+                )
             if removed:
                 db.executemany("DELETE FROM run_vars WHERE run_id = ? AND name = ?", removed)
             for name in [r[1] for r in rows] + [n for _, n in removed]:

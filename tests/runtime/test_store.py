@@ -84,10 +84,11 @@ def test_checkpoint_rewrites_only_changed_variables(tmp_path, mod):
     )
     conn = store._conn()
     conn.execute("CREATE TEMP TABLE writes (name TEXT)")
-    conn.execute(
-        "CREATE TEMP TRIGGER w AFTER INSERT ON run_vars BEGIN "
-        "INSERT INTO writes VALUES (new.name); END"
-    )
+    for event in ("INSERT", "UPDATE"):  # a changed variable is updated in place
+        conn.execute(
+            f"CREATE TEMP TRIGGER w_{event} AFTER {event} ON run_vars BEGIN "
+            "INSERT INTO writes VALUES (new.name); END"
+        )
     store.checkpoint(
         "r", position="t", variables={"big": big, "n": 2}, engine={}, events=[], status="running"
     )
