@@ -531,6 +531,14 @@ _CODES: list[Code] = [
         "Fix settings.access (docs/access.md); `runtime validate` reports it with its line.",
     ),
     Code(
+        "ACCESS_POLICY_OVERRIDDEN",
+        "load",
+        "A pipeline changes settings.access that the pipeline it extends locked "
+        "(`locked: true`): an extends may not swap the access policy.",
+        "Leave settings.access out of the extending pipeline (it inherits the locked one), "
+        "or change the locked pipeline itself.",
+    ),
+    Code(
         "ACCESS_ENGINE_FAILED",
         "run",
         "The access policy engine could not decide (unreachable, an error, an answer of the "

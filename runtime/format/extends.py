@@ -180,4 +180,79 @@ def resolve(
         chain = " -> ".join(f"{Path(f).name}#{n}" for f, n in cycle.chain)
         return doc.data, [_diag("EXTENDS_CYCLE", f"extends cycle: {chain}", loc, path)]
     errors = [p for p in problems + parent_problems if p.severity == "error"]
+    parent = _anchored_access(parent, Path(parent_doc.file).parent)
+    errors += _access_overrides(parent, doc)
     return merge(parent, doc.data), errors
+
+
+# Files settings.access names, read relative to the pipeline that names them.
+ACCESS_FILES = ("policies", "schema")
+
+
+def _anchored_access(parent: LMap, folder: Path) -> LMap:
+    """The parent with its settings.access files made absolute (from its own folder): a
+    pipeline extending it from another folder must not read a policy file of that folder."""
+    settings = parent.get("settings")
+    access = settings.get("access") if isinstance(settings, LMap) else None
+    if not isinstance(access, LMap) or not any(
+        isinstance(access.get(k), str) and not Path(access[k]).is_absolute() for k in ACCESS_FILES
+    ):
+        return parent
+    new_access = LMap(access.loc)
+    for key in access:
+        new_access.copy_entry(access, key)
+        value = access[key]
+        if key in ACCESS_FILES and isinstance(value, str) and not Path(value).is_absolute():
+            new_access.put(
+                key,
+                str((folder / value).resolve()),
+                access.key_locs.get(key),
+                access.val_locs.get(key),
+            )
+    new_settings = LMap(settings.loc)
+    for key in settings:
+        new_settings.copy_entry(settings, key)
+    new_settings.put(
+        "access", new_access, settings.key_locs.get("access"), settings.val_locs.get("access")
+    )
+    out = LMap(parent.loc)
+    for key in parent:
+        out.copy_entry(parent, key)
+    out.put(
+        "settings", new_settings, parent.key_locs.get("settings"), parent.val_locs.get("settings")
+    )
+    return out
+
+
+def _access_overrides(parent: LMap, doc: PipelineDoc) -> list[Diagnostic]:
+    """ACCESS_POLICY_OVERRIDDEN where a child changes a `locked` settings.access it extends."""
+    settings = parent.get("settings")
+    access = settings.get("access") if isinstance(settings, LMap) else None
+    if not isinstance(access, LMap) or access.get("locked") is not True:
+        return []
+    mine = doc.data.get("settings")
+    child = mine.get("access") if isinstance(mine, LMap) else None
+    if child is None:
+        return []
+    if isinstance(child, LMap) and all(
+        key in access and _plain(child[key]) == _plain(access[key]) for key in child
+    ):
+        return []  # repeats what is locked
+    loc = (mine.val_locs.get("access") if isinstance(mine, LMap) else None) or doc.data.loc
+    return [
+        _diag(
+            "ACCESS_POLICY_OVERRIDDEN",
+            "settings.access is locked by the pipeline this one extends; a pipeline "
+            "extending it may not change its access policy",
+            loc or Location(doc.file, 1, 1),
+            (*doc.prefix, "settings", "access"),
+        )
+    ]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, LMap):
+        return {k: _plain(value[k]) for k in value}
+    if isinstance(value, LList):
+        return [_plain(v) for v in value]
+    return value

@@ -233,6 +233,11 @@ SETTINGS_SCHEMA: dict[str, Any] = {
                     "description": "opa: the rule under OPA's data API (http://host:port/v1/data/...).",
                 },
                 "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 600},
+                "locked": {
+                    "type": "boolean",
+                    "description": "true: a pipeline extending this one may not change "
+                    "settings.access (ACCESS_POLICY_OVERRIDDEN).",
+                },
                 "overfetch": {
                     "type": "integer",
                     "minimum": 1,
