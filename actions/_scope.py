@@ -224,3 +224,50 @@ def filter_allowed(
     ok = {d.resource for d in decisions if d.allowed}
     resources = [resource(i) for i in items]
     return [i for i, r in zip(items, resources, strict=True) if r.id in ok], ledger
+
+
+MEMORY_KINDS = ("memory", "experience", "value")
+
+
+def filter_candidates(ctx: Any, found: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Assembly candidates by source, each decided by the run's access engine (`assemble`
+    for nodes, docs and commits, `memory` for memories, experiences and values; a state
+    source is the run's own and passes). The stores already applied the default rule's
+    labels in their queries; this is where a per-resource engine (Cedar, OPA) decides,
+    and every decision is an ACCESS event."""
+    from runtime.governance.access_policy import Resource
+
+    def resource(c: Any) -> Resource:
+        fields = c.fields or {}
+        labels = fields.get("labels") or ()
+        repo, _, snap = str(c.origin or "").partition("::")
+        return Resource(
+            id=str(c.id),
+            type="memory" if c.kind in MEMORY_KINDS else "node",
+            repository=repo or None,
+            snapshot=snap or None,
+            path=c.path or None,
+            kind=str(fields.get("node_kind") or c.kind),
+            labels=tuple(sorted(str(x) for x in labels))
+            if isinstance(labels, list | tuple)
+            else (),
+        )
+
+    out: dict[str, list[Any]] = {}
+    for name, items in found.items():
+        kept: list[Any] = []
+        for action in ("assemble", "memory"):
+            chosen = [
+                c
+                for c in items
+                if c.kind != "state" and (c.kind in MEMORY_KINDS) == (action == "memory")
+            ]
+            if not chosen:
+                continue
+            allowed, ledger = filter_allowed(ctx, action, chosen, resource)
+            ctx.trace("ACCESS", source=name, **ledger.event())
+            kept += allowed
+        ok = {id(c) for c in kept}
+        passed = [c for c in items if c.kind == "state" or id(c) in ok]
+        out[name] = passed
+    return out

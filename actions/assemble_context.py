@@ -212,7 +212,7 @@ class AssembleContext(Action):
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Fetch every source concurrently, assemble, write the record and the markdown."""
-        from actions._scope import run_scope
+        from actions._scope import filter_candidates, run_scope
 
         step, settings = ctx.step, ctx.settings
         max_tokens = int(step.get("max_tokens") or settings[step["max_tokens_from_settings"]])
@@ -224,6 +224,8 @@ class AssembleContext(Action):
         )
         for w in warnings:
             ctx.trace("ASSEMBLY_SOURCE_FAILED", **w)
+        # The run's access policy decides every item (docs/access.md).
+        found = filter_candidates(ctx, found)
         opts = assembly.Options(
             max_tokens=max_tokens,
             soft=bool(step.get("soft", False)),

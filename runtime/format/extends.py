@@ -193,7 +193,9 @@ def _anchored_access(parent: LMap, folder: Path) -> LMap:
     """The parent with its settings.access files made absolute (from its own folder): a
     pipeline extending it from another folder must not read a policy file of that folder."""
     settings = parent.get("settings")
-    access = settings.get("access") if isinstance(settings, LMap) else None
+    if not isinstance(settings, LMap):
+        return parent
+    access = settings.get("access")
     if not isinstance(access, LMap) or not any(
         isinstance(access.get(k), str) and not Path(access[k]).is_absolute() for k in ACCESS_FILES
     ):
