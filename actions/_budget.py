@@ -198,7 +198,7 @@ def stage(
     prompt = prompt_of(ctx, messages, user, turns)
     store = store_of(ctx) if cfg.enabled else None
     # The blocks tell the model to rehydrate only when it has the tool to.
-    way_back = "rehydrate" in (ctx.step.get("tools") or ())
+    way_back = _offers_rehydrate(ctx.step)
     if store is not None and cfg.trace_threshold_tokens and not cfg.dry_run:
         compaction = _compact(
             ctx, prompt, cfg, counter, store, overhead, thread or "conversation_history", way_back
@@ -359,7 +359,7 @@ def compact_round(
     config = provider.config
     budget = int(record.get("budget") or 0)
     counter = ctx.services.tokens_for(config)
-    way_back = "rehydrate" in (ctx.step.get("tools") or ())
+    way_back = _offers_rehydrate(ctx.step)
     result = _auto_compact(
         ctx, prompt, cfg, budget, counter, store, overhead, way_back, force="after_tool_call"
     )
@@ -489,3 +489,10 @@ def _compact(
 def policy_fields() -> Mapping[str, Any]:
     """The step field call_model declares for a per-step policy."""
     return {"context_policy": pol.POLICY_SCHEMA}
+
+
+def _offers_rehydrate(step: Any) -> bool:
+    """The step offers its model the rehydrate tool (any `tools:` form)."""
+    from actions._tools import entries
+
+    return any(name == "rehydrate" for name, _, _ in entries(step.get("tools")))

@@ -39,6 +39,7 @@ def record(
     count: Callable[[str], int],
     render: Callable[[Any], str],
     scrub: Callable[[str], str],
+    tools: list[str] | None = None,
 ) -> dict[str, Any]:
     """Build, store and check the pack of the call about to be made; the pack."""
     b = packs.PackBuilder(
@@ -93,7 +94,7 @@ def record(
                 if kind == "fidelity"
                 else "conversation_history (use_history)",
             )
-    _tools(ctx, b, count)
+    _tools(ctx, b, count, tools)
     saved = sum(s["tokens_before"] - s["tokens_after"] for s in summarised.values())
     b.removed_by_call(int(budget.get("original_tokens") or prompt_tokens) - prompt_tokens, saved)
     compaction = budget.get("compaction")
@@ -449,15 +450,19 @@ def _summarised_drop(b: packs.PackBuilder, s: Mapping[str, Any], node: str | Non
     )
 
 
-def _tools(ctx: StepContext, b: packs.PackBuilder, count: Any) -> None:
-    """The specs of the tools the step offers."""
-    names = list(ctx.step.get("tools") or ())
+def _tools(
+    ctx: StepContext, b: packs.PackBuilder, count: Any, names: list[str] | None = None
+) -> None:
+    """The specs of the tools the call offers (default: every one the step names)."""
+    from actions._tools import entries, resolve
+
+    if names is None:
+        names = [name for name, _, _ in entries(ctx.step.get("tools"))]
     if not names:
         return
-    from actions._tools import SPECS
-
+    specs = {t.name: t.spec() for t in resolve(ctx.step.get("tools"))}
     for name in names:
-        spec = json.dumps(SPECS[name], sort_keys=True)
+        spec = json.dumps(specs[name], sort_keys=True)
         tokens = count(spec)
         b.outside += tokens
         b.add(

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from runtime.contract.action import StepContext
+from runtime.contract.action import Path, StepContext
 from runtime.contract.text import invalid_text
 from runtime.errors import ContextOverflowError, ModelError, StepRuntimeError
 
@@ -78,12 +78,58 @@ HANDLERS: dict[str, Callable[[StepContext, dict[str, Any], int, int | None], str
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class Offered:
+    """A tool a step offers: its face, the action class and the step fields fixed by `with:`."""
+
+    name: str
+    face: Any  # ToolFace (runtime/contract/tool.py)
+    action: Any  # the Action subclass that runs a call
+    fixed: Mapping[str, Any]
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI function spec (rehydrate's as it always was)."""
+        return SPECS[self.name] if self.name in SPECS else dict(self.face.spec())
+
+
+def entries(tools: Any) -> list[tuple[str, Mapping[str, Any], Path]]:
+    """(name, with, path) of each tool a `tools:` value names, list or `{select, from}` form."""
+    if isinstance(tools, Mapping):
+        items, base = tools.get("from"), ("from",)
+    else:
+        items, base = tools, ()
+    out: list[tuple[str, Mapping[str, Any], Path]] = []
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        if isinstance(item, str):
+            out.append((item, {}, ("tools", *base, i)))
+        elif isinstance(item, Mapping) and isinstance(item.get("name"), str):
+            fixed = item.get("with") if isinstance(item.get("with"), Mapping) else {}
+            out.append((item["name"], fixed, ("tools", *base, i)))
+    return out
+
+
+def resolve(tools: Any, registry: Any = None) -> list[Offered]:
+    """The tools a step's `tools:` names, looked up in the action registry (entry points)."""
+    if registry is None:
+        from runtime.contract.registry import default_registry
+
+        registry = default_registry()
+    out = []
+    for name, fixed, _path in entries(tools):
+        cls = registry.get(name)
+        face = getattr(cls, "tool", None)
+        if cls is None or face is None:
+            raise ModelError(f"{name!r} is no tool (validate reports it)", code="TOOL_UNKNOWN")
+        out.append(Offered(name, face, cls, dict(fixed)))
+    return out
+
+
 def complete(
     ctx: StepContext,
     provider: Any,
     request: Any,
     *,
-    tools: list[str],
+    tools: list[Any],
     rounds: int,
     spare: Callable[[list[dict[str, Any]]], int],
     overhead: int,
@@ -93,13 +139,17 @@ def complete(
 ) -> tuple[Any, list[dict[str, Any]]]:
     """Ask the model, running the tools it calls for at most `rounds` rounds.
 
-    Returns the final reply and the messages of the request that got it.
-    `spare(messages)` is the prompt budget less the prompt `messages` make (negative when
-    over); `overhead` the framing tokens of one more message; `on_round(n, messages)` is
-    told of each request just before it is sent (n = 0 for the first).
+    `tools`: names, or Offered tools (`resolve`). Returns the final reply and the
+    messages of the request that got it. `spare(messages)` is the prompt budget less the
+    prompt `messages` make (negative when over); `overhead` the framing tokens of one more
+    message; `on_round(n, messages)` is told of each request just before it is sent
+    (n = 0 for the first).
     """
-    offered = [SPECS[name] for name in tools]
+    offered_tools = [t if isinstance(t, Offered) else resolve([t])[0] for t in tools]
+    by_name = {t.name: t for t in offered_tools}
+    offered = [t.spec() for t in offered_tools]
     request = dataclasses.replace(request, tools=offered or None, messages=list(request.messages))
+    merged: dict[str, list[Any]] = {}  # accumulated list variables of this model call
     for number in range(rounds + 1):
         if on_round is not None:
             on_round(number, request.messages)
@@ -115,7 +165,8 @@ def complete(
         }
         messages = [*request.messages, assistant]
         for call in response.tool_calls:
-            content = _run(ctx, call, number + 1, spare(messages) - overhead, count)
+            room = spare(messages) - overhead
+            content = _run(ctx, call, number + 1, room, count, by_name, merged)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
         left = spare(messages)
         if left < 0:
@@ -165,20 +216,36 @@ def _arguments(raw: str) -> dict[str, Any] | str:
     return args if problem is None else f"the arguments are not valid Unicode text: {problem}"
 
 
-def _run(ctx: StepContext, call: Any, number: int, room: int, count: Callable[[str], int]) -> str:
+def _run(
+    ctx: StepContext,
+    call: Any,
+    number: int,
+    room: int,
+    count: Callable[[str], int],
+    offered: Mapping[str, Offered] | None = None,
+    merged: dict[str, list[Any]] | None = None,
+) -> str:
     """One tool call's result message; failures become an error the model reads, traced."""
     record: dict[str, Any] = {"round": number, "tool": _cut(call.name), "call_id": _cut(call.id)}
     args = _arguments(call.arguments)
     if isinstance(args, str):
         return _refuse(ctx, record, "TOOL_ARGUMENTS_INVALID", args)
+    if offered is None:  # rehydrate alone, as the step offered it before tool faces
+        offered = {"rehydrate": resolve(["rehydrate"])[0]}
+    tool = offered.get(call.name)
+    if tool is None:
+        return _refuse(ctx, record, "TOOL_UNKNOWN", f"no tool {_cut(call.name)!r} is offered")
+    if call.name not in HANDLERS:
+        return _run_action(ctx, tool, args, record, room, count, {} if merged is None else merged)
     record.update(
         {k: _cut(args[k], 200) for k in ("pointer_id", "slice") if isinstance(args.get(k), str)}
     )
-    handler = HANDLERS.get(call.name)
-    if handler is None:
-        return _refuse(ctx, record, "TOOL_UNKNOWN", f"no tool {_cut(call.name)!r} is offered")
+    problem = schema_problem(tool.face.parameters, args)
+    if problem is not None:
+        return _refuse(ctx, record, "TOOL_ARGUMENTS_INVALID", problem)
     from runtime.context.pointers import SliceTooLarge, max_token_bytes
 
+    handler = HANDLERS[call.name]
     try:  # `count` is the model's counter's count: its vocabulary bounds a slice unread
         result = handler(ctx, args, room, max_token_bytes(getattr(count, "__self__", None)))
     except SliceTooLarge as exc:
@@ -202,6 +269,200 @@ def _run(ctx: StepContext, call: Any, number: int, room: int, count: Callable[[s
         )
     ctx.trace("MODEL_TOOL_CALL", **record, tokens=tokens, error=None)
     return result
+
+
+def schema_problem(schema: Mapping[str, Any], args: Mapping[str, Any]) -> str | None:
+    """Why the arguments do not match the tool's JSON Schema (the first error), or None."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(args))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "the arguments"
+    # jsonschema quotes the offending value: cut, the model may have sent anything.
+    return f"{where}: {_cut(error.message, 200)}"
+
+
+def _run_action(
+    ctx: StepContext,
+    tool: Offered,
+    args: dict[str, Any],
+    record: dict[str, Any],
+    room: int,
+    count: Callable[[str], int],
+    merged: dict[str, list[Any]],
+) -> str:
+    """Run an action through its tool face; its result fitted to `room`, cut items traced."""
+    face = tool.face
+    record["arguments"] = _cut(json.dumps(args, ensure_ascii=False, sort_keys=True), 300)
+    problem = schema_problem(face.parameters, args)
+    if problem is not None:
+        return _refuse(ctx, record, "TOOL_ARGUMENTS_INVALID", problem)
+    step, overlay, narrowed = step_for(tool, args)
+    if narrowed:
+        record["narrowed"] = narrowed
+    sub = ToolContext(ctx, step, overlay)
+    try:
+        tool.action().run(sub)
+    except StepRuntimeError as exc:  # nothing it staged is kept: the call had no effect
+        return _refuse(ctx, record, exc.code, exc.message)
+    shown_value = {name: sub.get(name, None) for name in face.result}
+    for name, value in sub.writes.items():
+        ctx.set(name, value)
+    for name in dict.fromkeys([*merged, *face.accumulate]):
+        now = ctx.get(name, None)
+        merged[name] = _merge(merged.get(name, []), now if isinstance(now, list) else [])
+        ctx.set(name, merged[name])
+    text, shown, cut = _fit(face, shown_value, room, count)
+    if text is None:
+        return _refuse(
+            ctx,
+            record,
+            "CONTEXT_OVERFLOW",
+            f"even with every item cut the result does not fit the {max(room, 0)} tokens left "
+            "of the prompt budget",
+        )
+    tokens = count(text)
+    extra: dict[str, Any] = {"shown": shown}
+    if cut:
+        extra["cut"] = cut
+        extra["cut_reason"] = f"over the {max(room, 0)} tokens left of the prompt budget"
+    ctx.trace("MODEL_TOOL_CALL", **record, tokens=tokens, room=room, error=None, **extra)
+    return text
+
+
+def step_for(
+    tool: Offered, args: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(the step a call runs, variables it is handed, what was narrowed) from the arguments.
+
+    The face's base, then the offering step's `with:`, then the arguments: an argument
+    never replaces a field the author fixed, and a ceiling is only ever lowered.
+    """
+    face = tool.face
+    step: dict[str, Any] = {"action": tool.name, **face.base, **tool.fixed}
+    overlay: dict[str, Any] = {}
+    narrowed: dict[str, Any] = {}
+    for name, value in args.items():
+        var = face.inputs.get(name)
+        if var is not None:
+            overlay.setdefault(var, {})[name] = value
+            continue
+        limit = step.get(name)
+        if name in face.ceilings:
+            if not isinstance(limit, int):  # no limit set here: the action's default holds
+                narrowed[name] = {"asked": value, "given": "the action's default"}
+                continue
+            if isinstance(value, int) and value > limit:
+                narrowed[name] = {"asked": value, "given": limit}
+                continue
+        elif name in tool.fixed:
+            narrowed[name] = {"asked": _cut(json.dumps(value), 80), "given": tool.fixed[name]}
+            continue
+        step[name] = value
+    return step, overlay, narrowed
+
+
+def _merge(old: list[Any], new: list[Any]) -> list[Any]:
+    """old, then what new adds (items compared by id when they have one)."""
+    seen = {_key(x) for x in old}
+    out = list(old)
+    for item in new:
+        key = _key(item)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+def _key(item: Any) -> str:
+    if isinstance(item, Mapping) and "id" in item:
+        return f"id:{item['id']}"
+    return json.dumps(item, sort_keys=True, ensure_ascii=False)
+
+
+def _item_id(item: Any) -> str:
+    if isinstance(item, Mapping) and "id" in item:
+        return _cut(str(item["id"]), 200)
+    return _cut(item if isinstance(item, str) else json.dumps(item, ensure_ascii=False), 200)
+
+
+def _fit(
+    face: Any, values: Mapping[str, Any], room: int, count: Callable[[str], int]
+) -> tuple[str | None, list[str], list[str]]:
+    """(result text within room or None, ids shown, ids cut): items dropped from the end."""
+    items = values.get(face.items) if face.items else None
+    items = list(items) if isinstance(items, list) else []
+    keep = len(items)
+    while True:
+        text = _render(face, values, items[:keep], items[keep:])
+        if count(text) <= room:
+            return text, [_item_id(x) for x in items[:keep]], [_item_id(x) for x in items[keep:]]
+        if keep == 0:
+            return None, [], [_item_id(x) for x in items]
+        keep -= 1
+
+
+def _render(face: Any, values: Mapping[str, Any], items: list[Any], cut: list[Any]) -> str:
+    """A tool result: the other result variables as JSON, then the items (node texts framed
+    as evidence: data, never instructions), then which items were cut and why."""
+    from actions.call_model import CallModel
+    from runtime.context.blocks import as_evidence
+
+    lines = [f"{face.name} result:"]
+    for name in face.result:
+        if name != face.items:
+            lines.append(f"{name}: {json.dumps(values.get(name), ensure_ascii=False)}")
+    if face.items:
+        lines.append(f"{face.items}: {len(items)} item(s)")
+        evidence = as_evidence(items)
+        if items and evidence is not items:
+            lines.append(CallModel.render(evidence))
+        else:
+            lines.extend(json.dumps(x, ensure_ascii=False) for x in items)
+    if cut:
+        ids = [_item_id(x) for x in cut]
+        more = f" and {len(ids) - 10} more" if len(ids) > 10 else ""
+        lines.append(
+            f"[{len(cut)} item(s) cut to fit the prompt budget: {', '.join(ids[:10])}{more}]"
+        )
+    return "\n".join(lines)
+
+
+class ToolContext:
+    """The context an action runs in as a tool: the offering step's, with the call's step,
+    the variables its arguments set, and writes kept here until the call succeeds."""
+
+    def __init__(self, parent: Any, step: Mapping[str, Any], overlay: Mapping[str, Any]):
+        self._parent = parent
+        self.step = step
+        self.messages: list[Any] = []
+        self._overlay = dict(overlay)
+        self.writes: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._parent, name)
+
+    def get(self, name: str, default: Any = ...) -> Any:
+        """A variable: this call's writes, its arguments' variables, then the run's."""
+        if name in self.writes:
+            return self.writes[name]
+        if name in self._overlay:
+            return self._overlay[name]
+        return self._parent.get(name) if default is ... else self._parent.get(name, default)
+
+    def has(self, name: str) -> bool:
+        """True when set here or in the run."""
+        return name in self.writes or name in self._overlay or bool(self._parent.has(name))
+
+    def set(self, name: str, value: Any) -> None:
+        """Kept until the call succeeds (engine-owned names are refused by the run's set)."""
+        from runtime.contract.action import ENGINE_OWNED
+
+        if name in ENGINE_OWNED:
+            self._parent.set(name, value)  # raises STATE_PROTECTED
+        self.writes[name] = value
 
 
 def _refuse(ctx: StepContext, record: dict[str, Any], code: str, message: str) -> str:

@@ -6,6 +6,7 @@ from typing import Any
 
 from actions._scope import access_view, record_access
 from runtime.contract.action import Action, Outcome, StepContext, setting_ref
+from runtime.contract.tool import ToolFace
 
 
 class ExpandDependencyTree(Action):
@@ -38,6 +39,39 @@ class ExpandDependencyTree(Action):
             "description": "Edge direction (default out).",
         },
     }
+    tool = ToolFace(
+        name="expand_dependency_tree",
+        description="Follow the dependency graph (calls, reads, writes, references) from the "
+        "nodes found by search_nodes; returns the ids of the related nodes and the edges.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "max_depth": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": 5,
+                    "description": "Hops from a found node (never more than the step allows).",
+                },
+                "max_nodes": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 100,
+                    "description": "Nodes in all (never more than the step allows).",
+                },
+                "direction": {
+                    "enum": ["out", "in", "both"],
+                    "description": "out: what they use; in: what uses them; both.",
+                },
+            },
+            "additionalProperties": False,
+        },
+        base={"max_depth": 2, "max_nodes": 25},
+        ceilings=("max_depth", "max_nodes"),
+        result=("graph_debug", "graph_expanded_nodes"),
+        items="graph_expanded_nodes",
+        accumulate=("graph_expanded_nodes", "graph_edges"),
+        safety=("read_only", "scoped"),
+    )
     reads = ("retrieval_seed_nodes",)
     defaults = {"retrieval_seed_nodes": []}
     runnable = True

@@ -10,6 +10,7 @@ from actions._scope import access_view, record_access
 from runtime.context.blocks import format_block, seed_block, selected_metadata
 from runtime.context.tokens import CUT_RULE, digest
 from runtime.contract.action import Action, Outcome, Problem, StepContext, setting_ref
+from runtime.contract.tool import ToolFace
 from runtime.errors import RunError
 
 # Ordered from least to most sensitive: the aggregate reports the highest present.
@@ -53,6 +54,33 @@ class FetchNodeTexts(Action):
             "description": "Older engine field, ignored as it was there.",
         },
     }
+    tool = ToolFace(
+        name="fetch_node_texts",
+        description="Read the source text of the nodes found by search_nodes and "
+        "expand_dependency_tree, within an evidence budget; returns them as evidence blocks "
+        "to cite by node id.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "prioritization_mode": {
+                    "enum": list(MODES),
+                    "description": "seed_first: found nodes first; graph_first: each found "
+                    "node with its neighbours; balanced: alternate.",
+                },
+                "budget_tokens": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Most tokens of text (never more than the step allows).",
+                },
+            },
+            "additionalProperties": False,
+        },
+        ceilings=("budget_tokens",),
+        result=("node_texts",),
+        items="node_texts",
+        accumulate=("node_texts",),
+        safety=("read_only", "scoped"),
+    )
     reads = ("retrieval_seed_nodes", "graph_expanded_nodes", "graph_edges")
     defaults = {"retrieval_seed_nodes": [], "graph_expanded_nodes": [], "graph_edges": []}
     runnable = True

@@ -15,6 +15,7 @@ from runtime.contract.action import (
     StepContext,
     VariableRead,
 )
+from runtime.contract.tool import ToolFace
 from runtime.errors import RunError
 
 _VARIABLE = {"type": "string", "pattern": VARIABLE_PATTERN}
@@ -51,6 +52,29 @@ class Rehydrate(Action):
             "else no limit). Larger: REHYDRATE_OVER_BUDGET.",
         },
     }
+    tool = ToolFace(
+        name="rehydrate",
+        description=(
+            "Fetch the exact original behind a pointer (a block marked as elided), whole or "
+            "a slice of it."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "pointer_id": {"type": "string", "description": "The pointer's id."},
+                "slice": {
+                    "type": "string",
+                    "description": "Optional: `lines A-B`, a JSON path such as `$.items[3]`, "
+                    "or `hunk N` of a diff; omit for the whole original.",
+                },
+            },
+            "required": ["pointer_id"],
+            "additionalProperties": False,
+        },
+        # Run by actions/_tools.py itself: a slice is cut to the room left in the prompt.
+        result=("text",),
+        safety=("read_only",),
+    )
     required = ("target",)
     reads_settings = ("max_context_tokens", "tokenizer")
     runnable = True

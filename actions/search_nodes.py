@@ -9,6 +9,7 @@ from actions import _jsonish
 from actions._scope import access_view, record_access
 from actions.repeat_query_guard import QUERY_PARSER_FIELD, check_query_parser, normalize_query
 from runtime.contract.action import Action, Outcome, Problem, StepContext, VariableRead
+from runtime.contract.tool import ToolFace
 from runtime.errors import RunError
 
 CLEARED = {
@@ -79,6 +80,49 @@ class SearchNodes(Action):
         },
         "query_parser": QUERY_PARSER_FIELD,
     }
+    tool = ToolFace(
+        name="search_nodes",
+        description="Search the indexed code (tables, procedures, views, classes, methods, "
+        "docs) for a query; returns the ids of the best matching nodes with their scores. "
+        "Call it again with other words to search more.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 500,
+                    "description": "What to search for: names, identifiers or key words.",
+                },
+                "top_k": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 50,
+                    "description": "At most this many results (never more than the step allows).",
+                },
+                "filters": {
+                    "type": "object",
+                    "properties": {
+                        "kind": {"type": ["string", "array"], "items": {"type": "string"}},
+                        "language": {"type": ["string", "array"], "items": {"type": "string"}},
+                        "path_prefix": {"type": "string"},
+                    },
+                    "additionalProperties": False,
+                    "description": "Narrow to node kinds, languages or a path prefix.",
+                },
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+        # The arguments reach the action as a search request (a payload), whose filters may
+        # only narrow the step's and whose top_k may only lower it (SearchNodes._narrow).
+        inputs={"query": "tool_request", "top_k": "tool_request", "filters": "tool_request"},
+        base={"query_from": "tool_request", "allow_top_k_from_payload": True},
+        result=("retrieval_query", "retrieval_hits"),
+        items="retrieval_hits",
+        accumulate=("retrieval_seed_nodes", "retrieval_hits"),
+        safety=("read_only", "scoped"),
+    )
     reads = ("last_model_response", "retrieval_queries_asked")
     defaults = {"retrieval_queries_asked": []}
     runnable = True

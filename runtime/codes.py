@@ -167,6 +167,39 @@ _CODES: list[Code] = [
     ),
     Code("SETTING_TYPE", "graph", "A setting has the wrong type for the field that reads it."),
     Code("PROMPT_NOT_FOUND", "graph", "A prompt file named by `prompt_key` does not exist."),
+    # --- issue 29: actions as tools, isolated roles ----------------------------------
+    Code(
+        "TOOL_NOT_A_TOOL",
+        "graph",
+        "A call_model step's `tools:` names an action that declares no tool face, so no model "
+        "can call it.",
+        "Offer an action with a tool face (docs/tools.md), or run it as a step of its own.",
+    ),
+    Code(
+        "TOOL_CONFIG_INVALID",
+        "graph",
+        "A tool entry of `tools:` is wrong: offered twice, or its `with:` names a field the "
+        "action does not have, a scope field, or a value its schema refuses.",
+        "`with:` takes the action's own step fields (docs/tools.md); the scope comes from "
+        "inputs and settings only.",
+    ),
+    Code(
+        "TOOL_FACE_INVALID",
+        "graph",
+        "An action's tool face is unusable: its arguments are not an object schema with "
+        "additionalProperties: false, name a scope field or a field the action lacks, or use "
+        "an unknown safety tag.",
+        "Fix the action's `tool = ToolFace(...)` (docs/tools.md).",
+    ),
+    Code(
+        "PROMPT_FIELD_UNDECLARED",
+        "graph",
+        "A prompt template refers to a field ({name}) the step does not declare as a user "
+        "part's source, or a system prompt holds such a placeholder (a system prompt is sent "
+        "as written).",
+        "Declare it as a user part (`user_parts: {x: {source: name}}`) or remove it; each "
+        "model call sees only the fields it declares (docs/roles.md).",
+    ),
     Code("INBOX_TARGET_UNKNOWN", "graph", "An inbox rule targets a step that does not exist."),
     Code(
         "THREAD_WITHOUT_FULL",

@@ -30,6 +30,8 @@ An action is a class registered under a name (entry-point group
   does no harm when unset is no need and is left out of ``step_reads``.
 - ``reads_settings``: settings keys it reads directly (beyond the known settings and
   its ``*_from_settings`` fields), so validation does not warn that nothing reads them.
+- ``tool``: the action's tool face (:class:`runtime.contract.tool.ToolFace`), or None: a
+  `call_model` step may offer an action with one to its model (`tools:`, docs/tools.md).
 - ``defaults``: state variables every run of a pipeline using the action starts
   with, and their values (``context_blocks: []``), so a later step can read a
   variable the action may leave unwritten (no evidence found). Inputs win; the
@@ -52,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from runtime.contract.message import Message
+from runtime.contract.tool import ToolFace
 
 # Engine-owned: written only by the engine; no YAML rule, action or model output may set them.
 ENGINE_OWNED: frozenset[str] = frozenset(
@@ -308,6 +311,8 @@ class Action:
     # The action's behaviour version, frozen by `runtime lock` (docs/lock.md): bump it when
     # what the action does observably changes, and say so in docs/migrating.md.
     behavior_version: ClassVar[str] = "1"
+    # How a model may call it (docs/tools.md); None: it is no tool.
+    tool: ClassVar[ToolFace | None] = None
 
     @classmethod
     def targets(cls, step: Mapping[str, Any]) -> Iterator[Transition]:

@@ -597,7 +597,11 @@ def _way_back(
     """
     step = steps[b.index]
     tools = step.get("tools")
-    if isinstance(tools, list) and "rehydrate" in tools:
+    if isinstance(tools, Mapping):
+        tools = tools.get("from")
+    if isinstance(tools, list) and any(
+        t == "rehydrate" or (isinstance(t, Mapping) and t.get("name") == "rehydrate") for t in tools
+    ):
         return
     elidable = [p.label for p in b.parts if p.summarisable]
     # A prompt that always fits its budget is never summarised (compaction aside, which

@@ -537,6 +537,16 @@ def _semantic_pass(
                         f"prompt {key!r} not found under {shown_path(folder, prompts.file)}",
                         hint=f"create {shown_path(folder / key, prompts.file)}.md",
                     )
+                elif isinstance(key, str) and field == "prompt_key":
+                    for line, name in _placeholders(prompts.prompt_path(key)):
+                        emit(
+                            ("steps", i, field),
+                            "PROMPT_FIELD_UNDECLARED",
+                            f"prompt {key!r} line {line} refers to {{{name}}}: a system prompt "
+                            "is sent as written and declares no field",
+                            hint=f"put {{{name}}} in the template of a user part whose source "
+                            f"is {name} (docs/roles.md)",
+                        )
         if ("steps",) not in failed and ("settings",) not in failed:
             from runtime.format.budget import check_budgets
 
@@ -869,3 +879,17 @@ def _load_pipeline(
         )
     pipeline.warnings = [d for d in diags if d.severity == "warning"]  # type: ignore[attr-defined]
     return pipeline
+
+
+def _placeholders(path: Any) -> list[tuple[int, str]]:
+    """(line, name) of each `{name}` placeholder in a prompt file (issue 29)."""
+    import re
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeError):
+        return []  # the run reports it; validation's budget checks name the file
+    found = re.compile(r"\{\{?([A-Za-z_][A-Za-z0-9_]*)\}\}?")
+    return [
+        (n, m.group(1)) for n, line in enumerate(text.splitlines(), 1) for m in found.finditer(line)
+    ]

@@ -38,6 +38,10 @@ def build_provider(config: ModelConfig) -> ModelProvider:
         from runtime.models.extractive import ExtractiveProvider
 
         return ExtractiveProvider(config)
+    if config.provider == "scripted":
+        from runtime.models.scripted import ScriptedProvider
+
+        return ScriptedProvider(config)
     if config.provider == "replay":
         from runtime.models.cassette import ReplayProvider
 

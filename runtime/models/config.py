@@ -4,6 +4,7 @@ Spec grammar (the CLI `--model`, a step's `model:`, `settings.default_model`)::
 
     spec     := NAME                      a key of settings.models (checked first)
               | "extractive"              the offline responder
+              | "scripted" [":" FILE]     the deterministic tool caller (runtime/models/scripted.py)
               | "replay:" FILE            a cassette
               | "openai:" MODEL           OpenAI-compatible, $OPENAI_BASE_URL or api.openai.com
               | "openai:" MODEL "@" URL   OpenAI-compatible at URL (http or https)
@@ -363,7 +364,24 @@ def config_from_spec(
         return ModelConfig(
             "extractive", "extractive", model="extractive", context_window=EXTRACTIVE_CONTEXT_WINDOW
         )
+    if spec == "scripted":
+        return ModelConfig(
+            "scripted", "scripted", model="scripted", context_window=EXTRACTIVE_CONTEXT_WINDOW
+        )
     kind, colon, rest = spec.partition(":")
+    if colon and kind == "scripted" and rest.strip():
+        path = Path(rest)
+        if not path.is_absolute() and spec_dir:
+            path = Path(spec_dir) / path
+        if not path.is_file():
+            raise _invalid(where, f"no script file {str(path)!r}")
+        return ModelConfig(
+            spec,
+            "scripted",
+            model="scripted",
+            cassette=str(path),
+            context_window=EXTRACTIVE_CONTEXT_WINDOW,
+        )
     if colon and kind == "replay" and rest.strip():
         path = Path(rest)
         if not path.is_absolute() and spec_dir:
