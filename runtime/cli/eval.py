@@ -255,9 +255,8 @@ def eval_(
 
 
 def _default_model(pipeline: Any) -> str:
-    import os
-
-    return os.environ.get("RUNTIME_MODEL") or str(pipeline.settings.get("model") or "default")
+    """What the runs used without --model: settings.default_model, else the extractive responder."""
+    return str(pipeline.settings.get("default_model") or "extractive")
 
 
 def _write(out: Path, report: dict[str, Any]) -> list[str]:

@@ -85,6 +85,7 @@ def test_shipped_sample_cases_run_offline_and_write_every_output(runner, tmp_pat
     assert "aggregate over 48 runs" in result.stdout
     report = json.loads((out / "report.json").read_text())
     assert report["version"] == 1 and report["passed"] is True
+    assert report["model"] == "extractive"  # no --model, no settings.default_model
     assert {r["position"] for r in report["runs"]} == {"start", "middle", "end"}
     assert {r["size"] for r in report["runs"]} == {4, 8}
     assert all(r["status"] == "completed" for r in report["runs"])
