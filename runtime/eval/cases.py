@@ -89,7 +89,11 @@ _VARIANTS = {
     "type": "object",
     "description": "Context sizes (k or tokens), evidence positions and seeds; their product.",
     "properties": {
-        "k": {**_SIZES, "description": "Evidence blocks the model is shown."},
+        "k": {
+            **_SIZES,
+            "items": {"type": "integer", "minimum": 1, "maximum": 1000},
+            "description": "Evidence blocks the model is shown (at most 1,000).",
+        },
         "tokens": {**_SIZES, "description": "The evidence budget in tokens."},
         "position": {
             "type": "array",
