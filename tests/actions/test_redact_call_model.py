@@ -196,3 +196,44 @@ def test_an_expired_exception_lifts_nothing(prompts, chat_server):
     )
     assert CARD not in sent_texts(chat_server)[0]
     assert not [e for e in r.events if e["type"] == "EXCEPTION_USED"]
+
+
+def test_each_exception_use_is_a_ledger_entry_of_its_own(prompts, chat_server, tmp_path):
+    from runtime.engine.ledger import verify_run
+
+    chat_server.script = [{"reply": "a"}]
+    exception = {
+        "id": "legacy-audit",
+        "rule": "redaction",
+        "steps": ["m"],
+        "owner": "sec-team",
+        "expires": "2999-12-31",
+        "rollback": "r",
+    }
+    path = tmp_path / "runs.db"
+    store = SqliteRunStore(str(path))
+    settings = {"redact": True, "exceptions": [exception]}
+    r = run(prompts, chat_server, [model_step("m", "f"), FINISH], settings, store=store)
+    assert r.status == "completed"
+    store.close()
+    db = sqlite3.connect(path)
+    entries = [
+        json.loads(c)
+        for (c,) in db.execute("SELECT content FROM run_ledger WHERE kind = 'decision'")
+    ]
+    [used] = [e for e in entries if e["type"] == "EXCEPTION_USED"]
+    assert used["step_id"] == "m"
+    assert verify_run(db, "t", None).ok
+
+
+def test_a_thread_written_unmasked_is_masked_when_a_redacting_step_sends_it(prompts, chat_server):
+    chat_server.script = [{"reply": "first"}, {"reply": "second"}]
+    steps = [
+        model_step("a", "b", fidelity="full", thread_id="t1", redact=False),
+        model_step("b", "f", fidelity="full", thread_id="t1"),
+        FINISH,
+    ]
+    run(prompts, chat_server, steps, {"redact": True})
+    first, second = sent_texts(chat_server)
+    assert CARD in first
+    assert CARD not in second and "[CARD_" in second

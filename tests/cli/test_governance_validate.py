@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,14 @@ def test_exec_refuses_an_expired_exception_before_the_first_step(runner, tmp_pat
     if (tmp_path / "runs.db").exists():
         rows = sqlite3.connect(tmp_path / "runs.db").execute("SELECT count(*) FROM runs")
         assert rows.fetchone() == (0,)
+
+
+def test_resume_refuses_an_exception_that_expired_since_the_run_started(runner, tmp_path):
+    path = write(tmp_path, exception("2999-12-31"))
+    store = str(tmp_path / "runs.db")
+    args = ["--store", store]
+    started = runner.invoke(cli, ["exec", path, "--input", "question=hi", "--run-id", "r1", *args])
+    assert started.exit_code == 0, started.output
+    Path(path).write_text(Path(path).read_text().replace("2999-12-31", "2020-01-31"))
+    resumed = runner.invoke(cli, ["resume", "r1", *args])
+    assert resumed.exit_code == 2 and "EXCEPTION_EXPIRED" in resumed.output
