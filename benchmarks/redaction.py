@@ -236,6 +236,84 @@ def planted(seed: int = SEED) -> list[tuple[str, str, str]]:
     return items
 
 
+def holdout(seed: int = SEED + 1) -> list[tuple[str, str, str]]:
+    """A second labelled set in contexts the detectors were not tuned on (written after the
+    first run's tuning and before this set's first run): its recall is the held-out one."""
+    rnd = random.Random(seed)
+    urlsafe = string.ascii_letters + string.digits + "-_"
+    items: list[tuple[str, str, str]] = []
+
+    def word() -> str:
+        return (
+            rnd.choice(["Summer", "river", "Qwerty", "dragon", "Passw0rd", "zebra"])
+            + _rand(rnd, rnd.randint(2, 6))
+            + rnd.choice(["!", "$", "_", "9"])
+        )
+
+    secret_cases = [
+        lambda: (v := "sk_live_" + _rand(rnd, 24), f"ENV STRIPE_SECRET_KEY={v}"),
+        lambda: (
+            v := "AKIA" + _rand(rnd, 16, string.ascii_uppercase + string.digits),
+            f'  access_key = "{v}"',
+        ),
+        lambda: (
+            v := _rand(rnd, 40, string.ascii_letters + string.digits + "/+"),
+            f'  secret_key = "{v}"',
+        ),
+        lambda: (v := "npm_" + _rand(rnd, 36), f"//registry.npmjs.org/:_authToken={v}"),
+        lambda: (v := "sk_live_" + _rand(rnd, 24), f"const stripe = new Stripe('{v}');"),
+        lambda: (v := "ghp_" + _rand(rnd, 36), f'os.Setenv("GITHUB_TOKEN", "{v}")'),
+        lambda: (
+            v := "ghs_" + _rand(rnd, 36),
+            f"git clone https://x-access-token:{v}@github.com/acme/shop.git",
+        ),
+        lambda: (
+            v := "xoxp-" + _rand(rnd, 12, string.digits) + "-" + _rand(rnd, 24),
+            f"SLACK_TOKEN: '{v}'",
+        ),
+        lambda: (v := "AIza" + _rand(rnd, 35, urlsafe), f'<meta name="maps-key" content="{v}">'),
+        lambda: (
+            v := "glpat-" + _rand(rnd, 20, urlsafe),
+            f'{{"level":"error","msg":"push failed","token":"{v}"}}',
+        ),
+    ]
+    for i in range(200):
+        value, line = secret_cases[i % len(secret_cases)]()
+        items.append(("secret", value, line))
+    password_cases = [
+        lambda: (v := word(), f'  DB_PASS: "{v}"'),
+        lambda: (v := word(), f"mail.smtp.password={v}"),
+        lambda: (v := word(), f"$password = '{v}';"),
+        lambda: (v := word(), f"define('DB_PASSWORD', '{v}');"),
+        lambda: (v := word(), f'var cred = new NetworkCredential("svc-orders", "{v}");'),
+        lambda: (v := word(), f"mysql -u root -p{v} shop < dump.sql"),
+        lambda: (v := word(), f'requests.get(url, auth=("admin", "{v}"))'),
+        lambda: (v := word(), f"amqp://orders:{v}@rabbit.internal:5672/"),
+    ]
+    for i in range(80):
+        value, line = password_cases[i % len(password_cases)]()
+        items.append(("password", value, line))
+    card_cases = [
+        lambda d: f'{{"level":"info","msg":"charge ok","pan":"{d}"}}',
+        lambda d: f'{{"pan": {d.replace(" ", "").replace("-", "")}}}',
+        lambda d: f"<CardNumber>{d}</CardNumber>",
+        lambda d: f"| 1042 | {d} | 12/29 | approved |",
+        lambda d: f"WARN  declined: card {d[:-4]}{d[-4:]} (insufficient funds)",
+    ]
+    for i in range(150):
+        digits = _luhn_complete(
+            rnd.choice(["4", "51", "37", "6011", str(rnd.randint(3528, 3589))]), 16, rnd
+        )
+        if digits.startswith("37"):
+            digits = _luhn_complete("37", 15, rnd)
+        value = rnd.choice([digits, " ".join(digits[j : j + 4] for j in range(0, len(digits), 4))])
+        items.append(("card", value, card_cases[i % len(card_cases)](value)))
+    for _ in range(20):
+        value = _iban("DE", 22, rnd)
+        items.append(("iban", value, f"<IBAN>{value}</IBAN>"))
+    return items
+
+
 def planted_document(items, ordinary: list[str], seed: int = SEED) -> str:
     """Each planted line among 8 ordinary lines picked at random."""
     rnd = random.Random(seed + 1)
@@ -360,6 +438,14 @@ def main() -> int:
             print(f"    missed: {value[:60]!r}")
         if kind in ("secret", "card", "password") and rate < TARGET:
             ok = False
+    held = holdout()
+    print("Held-out recall (other contexts, not tuned on):")
+    for kind, (found, total, missed) in sorted(
+        recall(held, red.redact(planted_document(held, ordinary))).items()
+    ):
+        print(f"  {kind}: {found}/{total} = {found / total:.1%}")
+        for value in missed[:3]:
+            print(f"    missed: {value[:60]!r}")
     print("False positives on ordinary text (no planted value):")
     false_positives("code", code)
     false_positives("config", config)

@@ -111,11 +111,16 @@ _CONN_PART = re.compile(
 # `"api_key": "x"`, `secret => 'x'`).
 # What follows a key named like a password or a secret (found by _KEYWORD): an assignment
 # and its value (`password: x`, `DB_PASS=x`, `"api_key": "x"`, `secret => 'x'`).
+_POSITIONAL = re.compile(  # auth=("user", "pw"), NetworkCredential("user", "pw"), mysql -ppw
+    r"(?:\bauth\s*=\s*\(|\bHTTPBasicAuth\(|\bNetworkCredential\(|\bBasicAuth\()\s*"
+    r"([\"'])[^\"'\r\n]{1,128}\1\s*,\s*([\"'])(?P<quoted>[^\"'\r\n]{3,256})\2"
+    r"|\bmysql(?:dump)?\b[^\r\n]{0,80}?\s-p(?P<bare>[^\s\"']{3,256})"
+)
 _XML_VALUE = re.compile(  # <add key="SmtpPassword" value="x" />
     r"[\"']\s+value\s*=\s*(?P<q>[\"'])(?P<quoted>[^\"'\r\n]{3,256})(?P=q)"
 )
 _ASSIGN = re.compile(
-    r"[\"']?(?P<op>[ \t]*(?:=>|:=|[:=])[ \t]*)"
+    r"[\"']?(?P<op>[ \t]*(?:=>|:=|[:=])[ \t]*|[\"'][ \t]*,[ \t]*(?=[\"']))"
     r"(?:(?P<q>[\"'])(?P<quoted>[^\"'\r\n]{3,256})(?P=q)|(?P<bare>[^\s\"',;)(\[\]{}]{3,256}))"
 )
 _KEYWORD = re.compile(  # run on the lower-cased text
@@ -349,25 +354,37 @@ class Redactor:
 
 
 def _cards(text: str, start: int, end: int) -> Iterator[tuple[int, int, str]]:
-    """A card candidate, else each of its lines (a line break may also just end one)."""
-    if _card_ok(text, start, end):
+    """A card candidate, else the longest run of its digit groups that is a card.
+
+    A number beside a card's groups (`4111 1111 1111 1111 12/29`, a line break then digits)
+    makes the candidate fail as a whole; the card inside it is still one.
+    """
+    if _alone(text, start, end, _WORD + ".-", _WORD) and _card_digits_ok(text[start:end]):
         yield start, end, "card"
         return
-    candidate = text[start:end]
-    if "\n" not in candidate:
+    groups = [(m.start() + start, m.end() + start) for m in _DIGITS.finditer(text[start:end])]
+    if len(groups) < 2:
         return
-    at = start
-    for piece in candidate.split("\n"):
-        piece_end = at + len(piece.rstrip())
-        if _card_ok(text, at, piece_end):
-            yield at, piece_end, "card"
-        at += len(piece) + 1
+    best: tuple[int, int] | None = None
+    for i in range(len(groups)):
+        for j in range(len(groups) - 1, i - 1, -1):
+            a, b = groups[i][0], groups[j][1]
+            if (
+                (best is None or b - a > best[1] - best[0])
+                and _alone(text, a, b, _WORD + ".-", _WORD)
+                and _card_digits_ok(text[a:b])
+            ):
+                best = (a, b)
+                break
+    if best is not None:
+        yield best[0], best[1], "card"
 
 
-def _card_ok(text: str, start: int, end: int) -> bool:
-    if not _alone(text, start, end, _WORD + ".-", _WORD):
-        return False
-    digits = re.sub(r"\D", "", text[start:end])
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _card_digits_ok(candidate: str) -> bool:
+    digits = re.sub(r"\D", "", candidate)
     return 13 <= len(digits) <= 19 and _card_prefix_ok(digits) and luhn_ok(digits)
 
 
@@ -475,6 +492,11 @@ def _passwords(text: str) -> Iterator[tuple[int, int, str]]:
             value = text[m.start(1) : m.end(1)].strip("\"'")
             if _is_value(value, quoted=True):
                 yield m.start(1), m.end(1), "password"
+    if "auth" in low or "credential" in low or "mysql" in low:
+        for m in _POSITIONAL.finditer(text):
+            group = "quoted" if m.group("quoted") is not None else "bare"
+            if _is_value(m.group(group), quoted=group == "quoted"):
+                yield m.start(group), m.end(group), "password"
     end = 0
     for hit in _KEYWORD.finditer(low):
         if hit.start() < end:
@@ -499,6 +521,14 @@ def _passwords(text: str) -> Iterator[tuple[int, int, str]]:
             end = stop  # `pass` alone only ends a name: `smtp_pass`, not `compass`, `passes`
             continue
         m = _ASSIGN.match(text, stop) or _XML_VALUE.match(text, stop)
+        # `f("DB_PASSWORD", "x")`: a quoted name as a call's first argument, not any two
+        # strings in a list.
+        if (
+            m is not None
+            and "," in (m.groupdict().get("op") or "")
+            and not text[max(0, start - 8) : max(0, start - 1)].rstrip().endswith("(")
+        ):
+            m = None
         if m is None:
             end = stop
             continue

@@ -25,6 +25,8 @@ FOUND = [
     ("card", "amex 378282246310005;", "378282246310005"),
     ("card", '"pan": "6011111111111117"', "6011111111111117"),
     ("card", "wrapped 4111 1111\n1111 1111 here", "4111 1111\n1111 1111"),
+    ("card", "pan=4111 1111 1111 1111 12 29", "4111 1111 1111 1111"),
+    ("card", "card: 4111 1111 1111 1111\n2026 declined", "4111 1111 1111 1111"),
     ("iban", "to GB82 WEST 1234 5698 7654 32 please", "GB82 WEST 1234 5698 7654 32"),
     ("iban", "iban=DE89370400440532013000", "DE89370400440532013000"),
     ("iban", "FR1420041010050500013M02606.", "FR1420041010050500013M02606"),
@@ -59,6 +61,14 @@ FOUND = [
     ("password", 'db_password = "correct horse battery"', "correct horse battery"),
     ("password", "SMTP_PASSWORD=supersecret\n", "supersecret"),
     ("password", '{"client_secret": "c0ffee-Cake-42"}', "c0ffee-Cake-42"),
+    ("password", '<add key="SmtpPassword" value="orders!Shop7" />', "orders!Shop7"),
+    ("password", "smtp_pass = 'Tiger#Lily9'", "Tiger#Lily9"),
+    ("password", "define('DB_PASSWORD', 'river2Qw$');", "river2Qw$"),
+    ("password", 'requests.get(url, auth=("admin", "zebra9Kq!"))', "zebra9Kq!"),
+    ("password", 'new NetworkCredential("svc", "dragon7_X")', "dragon7_X"),
+    ("password", "mysql -u root -pSummer77! shop < dump.sql", "Summer77!"),
+    ("password", "password = WLWTwNcOYsVk9k3KDuxFpYIj9zMB56tU", "WLWTwNcOYsVk9k3KDuxFpYIj9zMB56tU"),
+    ("password", "DB_PASSWORD=admin1so04sP#22", "admin1so04sP#22"),
 ]
 
 
@@ -94,6 +104,13 @@ KEPT = [
     "version 1.2.3.4567 at 2026-11-26 17:14:43",
     "self.password = password",
     "@decorator\ndef f(): pass",
+    "    f(tokens_after=after, token_counter=self._counter)",  # keyword arguments
+    "tokenizer: cl100k_base",  # a name containing a keyword
+    'TOKEN_MARGIN_ENV = "RUNTIME_TOKEN_MARGIN"',  # an environment variable's name
+    'HEADERS = ["api_key", "x-api-key"]',  # two strings in a list
+    '_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_"',
+    "compass = 'north-east'",
+    "41111111111111112222",  # 20 digits in one run: not a card
 ]
 
 
