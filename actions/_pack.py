@@ -117,7 +117,7 @@ def record(
     pack = b.finish(
         messages, prompt_tokens, fidelity_mode=fidelity.get("fidelity"), access=_access(ctx)
     )
-    seq = ctx.services.packs.save_pack(ctx.run_id, pack, b.body)
+    seq = ctx.services.packs.save_pack(ctx.run_id, pack, b.body, b.body_sha256)
     event = packs.summary(pack)
     del event["step_id"]  # the event's own
     ctx.trace("CONTEXT_PACK", pack_seq=seq, **event)

@@ -197,6 +197,7 @@ class PackBuilder:
         self.outside = 0  # section tokens sent outside the messages (tool specs)
         self.removed = 0  # tokens the call's own reductions removed (measured)
         self.body = b""  # the finished pack's canonical bytes
+        self.body_sha256 = ""  # ...and their SHA-256 (hex)
         self.accounted = 0  # ...of which the drop report names
 
     def reason(self, kind: str, reason: str) -> None:
@@ -284,7 +285,8 @@ class PackBuilder:
         # Content-addressed without the run id: the same context gives the same pack id in
         # every run (a replay's packs match its recording's). The body is kept for the store.
         self.body = canonical_bytes(pack)
-        pack["pack_id"] = pack_id_of(self.body)
+        self.body_sha256 = hashlib.sha256(self.body).hexdigest()  # a ledger's `pack` entry
+        pack["pack_id"] = "pk_" + self.body_sha256[:16]  # pack_id_of(self.body)
         return pack
 
 
@@ -294,7 +296,13 @@ class MemoryPackStore:
     def __init__(self) -> None:
         self._packs: dict[str, list[dict[str, Any]]] = {}
 
-    def save_pack(self, run_id: str, pack: Mapping[str, Any], body: bytes | None = None) -> int:
+    def save_pack(
+        self,
+        run_id: str,
+        pack: Mapping[str, Any],
+        body: bytes | None = None,
+        sha256: str | None = None,
+    ) -> int:
         """Store a pack (`body`: its canonical bytes, when known); its number in the run."""
         packs = self._packs.setdefault(run_id, [])
         stored = json.loads(body if body is not None else canonical_bytes(pack))

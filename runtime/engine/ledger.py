@@ -128,6 +128,7 @@ def checkpoint_items(
     new_steps: list[tuple[str, int, str]],
     new_messages: list[tuple[str, str, int, str]],
     pointers: list[tuple[str]],
+    packs: dict[tuple[str, int], tuple[str, str, str]] | None = None,
 ) -> list[tuple[str, Any]]:
     """The entries of one checkpoint: its events' own entries, then the checkpoint entry.
 
@@ -135,7 +136,7 @@ def checkpoint_items(
     is that digest, but verify recomputes it from the value).
     """
     own, batch = event_items(events, data)
-    own.extend(pack_items(db, run_id, events))
+    own.extend(pack_items(db, run_id, events, packs))
     made = []
     for (pointer_id,) in pointers:  # rare: only steps that compacted or summarised
         row = db.execute(
@@ -164,12 +165,34 @@ PACK_EVENT = "CONTEXT_PACK"
 
 
 def pack_items(
-    db: sqlite3.Connection, run_id: str, events: list[dict[str, Any]]
+    db: sqlite3.Connection,
+    run_id: str,
+    events: list[dict[str, Any]],
+    known: dict[tuple[str, int], tuple[str, str, str]] | None = None,
 ) -> list[tuple[str, Any]]:
-    """A `pack` entry for each context pack this checkpoint's events name."""
+    """A `pack` entry for each context pack this checkpoint's events name.
+
+    `known`: (step id, pack id, sha256) of packs this store wrote, by (run, seq): the SHA-256
+    of the bytes it stored, so the body is not read back and hashed again (taken out here).
+    """
     out: list[tuple[str, Any]] = []
     for event in events:
         if event.get("type") != PACK_EVENT or not isinstance(event.get("pack_seq"), int):
+            continue
+        hit = known.pop((run_id, event["pack_seq"]), None) if known is not None else None
+        if hit is not None:
+            step_id, pack_id, digest = hit
+            out.append(
+                (
+                    "pack",
+                    {
+                        "seq": event["pack_seq"],
+                        "step_id": step_id,
+                        "pack_id": pack_id,
+                        "sha256": digest,
+                    },
+                )
+            )
             continue
         row = db.execute(
             "SELECT seq, step_id, pack_id, body FROM run_context_packs"

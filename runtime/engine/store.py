@@ -493,6 +493,8 @@ class SqliteRunStore:
             )
         self.durability = durability
         self._ledger = _ledger.LedgerWriter(key_from_env()) if ledger else None
+        # (run, pack seq) -> (step id, pack id, sha256 of the body stored): see save_pack
+        self._pack_digests: dict[tuple[str, int], tuple[str, str, str]] = {}
         raw = path or default_path()
         refuse_url(raw, "run store")
         self.path = str(Path(raw))
@@ -768,6 +770,7 @@ class SqliteRunStore:
                         new_steps=new_steps,
                         new_messages=new_messages,
                         pointers=made,
+                        packs=self._pack_digests,
                     ),
                     last_in_event=bool(data),  # in a page this transaction writes anyway
                 )
@@ -1263,10 +1266,18 @@ class SqliteRunStore:
 
     # --- context packs (runtime/context/packs.py) --------------------------------
 
-    def save_pack(self, run_id: str, pack: Mapping[str, Any], body: bytes | None = None) -> int:
+    def save_pack(
+        self,
+        run_id: str,
+        pack: Mapping[str, Any],
+        body: bytes | None = None,
+        sha256: str | None = None,
+    ) -> int:
         """Store a model call's pack after the run's others; its sequence number (1, 2, ...).
 
-        `body`: the pack's canonical bytes when the caller has them (packs.canonical_bytes).
+        `body`: the pack's canonical bytes when the caller has them (packs.canonical_bytes),
+        `sha256` their SHA-256: the checkpoint's ledger entry for the pack takes it from
+        here instead of reading the row back and hashing it again.
         """
         from runtime.context.packs import canonical_bytes
 
@@ -1288,6 +1299,13 @@ class SqliteRunStore:
             )
         except sqlite3.DatabaseError as exc:  # a damaged file: coded, never a traceback
             raise StoreError(f"run store {self.path}: {exc}") from exc
+        if sha256 is not None and body is not None and self._ledger is not None:
+            with self._lock:  # taken (popped) by the checkpoint that names the pack
+                self._pack_digests[(run_id, int(seq))] = (
+                    str(pack.get("step_id")),
+                    str(pack.get("pack_id")),
+                    sha256,
+                )
         return int(seq)
 
     @_reader
