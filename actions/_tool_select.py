@@ -2,13 +2,13 @@
 
 Each candidate tool is a small document: its name (split at `_` and CamelCase), its
 description, its argument names and their descriptions. The question is scored against them
-with BM25 (k1 1.2, b 0.75; words lower-cased, stop words dropped, crudely stemmed), fused by
+with BM25 (k1 1.2, b 0.75; words lower-cased, stop words dropped, lightly stemmed), fused by
 reciprocal rank with cosine similarity of MiniLM vectors when that extra is installed and
 `vectors: auto` (the default) asks. Before ranking, a tool is left out when a safety tag it
 declares is denied (`deny_tags`) or one it needs is missing (`allow_tags`: every tag of
 the tool must be allowed), or when the subject's access policy refuses it (the seam is
-`policy_refusal`). The best `max` with a positive score are offered; every candidate not
-offered is named with the reason. Deterministic: ties keep the order of `from`.
+`refusal`). The best `max` are offered; every candidate not offered is named with the
+reason. Deterministic: ties keep the order of `from`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ K1 = 1.2
 B = 0.75
 DEFAULT_MAX = 4
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-_SUFFIXES = ("ations", "ation", "ings", "ing", "ies", "es", "ed", "er", "s")
 
 
 def words(text: str) -> list[str]:
@@ -40,9 +39,19 @@ def words(text: str) -> list[str]:
 
 
 def _stem(word: str) -> str:
-    for suffix in _SUFFIXES:
+    """A light stemmer: plural, -ing, -ed and a final e go (procedures and procedure meet)."""
+    if word.endswith("ies") and len(word) > 4:
+        word = word[:-3] + "y"
+    elif (word.endswith("es") and word[-3:-2] in ("s", "x")) or word.endswith(("ches", "shes")):
+        word = word[:-2]
+    elif word.endswith("s") and not word.endswith("ss") and len(word) > 3:
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
+            word = word[: -len(suffix)]
+            break
+    if word.endswith("e") and len(word) > 3:
+        word = word[:-1]
     return word
 
 
@@ -164,13 +173,9 @@ def select(
         order = sorted(fused, key=lambda i: (-fused[i], i))
         # A tool no word of the question matches may still be offered on meaning alone.
         scores = {eligible[i][0]: round(fused[i] * 1000, 3) for i in fused}
-    offered: list[str] = []
-    for i in order:
-        name = eligible[i][0]
-        if dense is None and lexical[i] <= 0:
-            out.append({"name": name, "reason": "no word of the question matches it"})
-        elif len(offered) >= max_tools:
-            out.append({"name": name, "reason": f"ranked below the best {max_tools}"})
-        else:
-            offered.append(name)
+    # The best max are offered, a tool no word matched included when fewer matched (ties keep
+    # the order of `from`): a model left without a tool cannot look anything up.
+    offered = [eligible[i][0] for i in order[:max_tools]]
+    for i in order[max_tools:]:
+        out.append({"name": eligible[i][0], "reason": f"ranked below the best {max_tools}"})
     return Selection(offered, scores, out, ranker)

@@ -344,10 +344,14 @@ def step_for(
     step: dict[str, Any] = {"action": tool.name, **face.base, **tool.fixed}
     overlay: dict[str, Any] = {}
     narrowed: dict[str, Any] = {}
+    shared = [v for v in face.inputs.values()]
     for name, value in args.items():
         var = face.inputs.get(name)
         if var is not None:
-            overlay.setdefault(var, {})[name] = value
+            if shared.count(var) == 1:  # the argument alone is the variable's value
+                overlay[var] = value
+            else:
+                overlay.setdefault(var, {})[name] = value
             continue
         limit = step.get(name)
         if name in face.ceilings:

@@ -25,6 +25,7 @@ from runtime.contract.action import (
     StepContext,
     VariableRead,
 )
+from runtime.contract.tool import ToolFace
 from runtime.errors import RunError, StepRuntimeError
 
 _VARIABLE = {"type": "string", "pattern": VARIABLE_PATTERN}
@@ -133,6 +134,38 @@ class AssembleContext(Action):
     }
     reads_settings = ("tokenizer",)
     runnable = True
+    tool = ToolFace(
+        name="assemble_context",
+        description="Assemble one budgeted, deduplicated context for a task from the sources "
+        "the step configures (code, docs, memories, experiences, values, commits, state); "
+        "returns it as markdown with its items' ids.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 1000,
+                    "description": "The task or question the context is for.",
+                },
+                "max_tokens": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "The pack's budget (never more than the step allows).",
+                },
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+        # The query is what the sources read as `question` (their default query_from),
+        # within this call only.
+        inputs={"query": "question"},
+        base={"output_to": "tool_context", "markdown_to": "tool_context_markdown"},
+        ceilings=("max_tokens",),
+        result=("tool_context_markdown",),
+        safety=("read_only", "scoped"),
+        access="assemble",
+    )
 
     @classmethod
     def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:

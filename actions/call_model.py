@@ -440,7 +440,7 @@ class CallModel(Action):
                 else len(tools),
                 allow_tags=config.get("allow_tags"),
                 deny_tags=config.get("deny_tags") or (),
-                refusal=_policy_refusal(ctx),
+                refusal=_policy_refusal(ctx, {t.name: t.face for t in tools}),
                 vectors=ranked and config.get("vectors", "auto") == "auto",
                 rank=ranked,
             )
@@ -830,14 +830,30 @@ def _fill(template: str, source: str, value: str, values: Mapping[str, str]) -> 
 _SLOT = re.compile(r"\{\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def _policy_refusal(ctx: StepContext) -> Any:
-    """Why the subject's access policy refuses a tool (None: allowed), or None without one.
+def _policy_refusal(ctx: StepContext, faces: Mapping[str, Any]) -> Any:
+    """(tool name) -> why the run's subject may not be offered it, or None when it may.
 
-    The seam for subjects and access policies (issue 28): a service `tool_policy`, a callable
-    (tool name) -> reason or None, set on the run's services.
+    A service `tool_policy` (such a callable, for embedding) decides when set; else the
+    run's access engine (settings.access, docs/access.md) is asked, for the run's subject,
+    about the resource `tool:NAME` of type `tool` with the face's access action. The
+    built-in rule allows a resource without labels; a Cedar or OPA policy may deny it.
     """
     policy = getattr(ctx.services, "tool_policy", None)
-    return policy if callable(policy) else None
+    if callable(policy):
+        return policy
+    from actions._scope import access_engine, pinned_labels, run_subject
+    from runtime.governance.access_policy import Resource
+
+    engine, subject, pinned = access_engine(ctx), run_subject(ctx), pinned_labels(ctx)
+
+    def refusal(name: str) -> str | None:
+        resource = Resource(id=f"tool:{name}", type="tool")
+        (decision,) = engine.decide(subject, faces[name].access, [resource], pinned)
+        if decision.allowed:
+            return None
+        return f"{decision.reason} (decision {decision.id})"
+
+    return refusal
 
 
 def _tool_writes(step: Mapping[str, Any]) -> Iterator[str]:

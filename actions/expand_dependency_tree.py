@@ -71,6 +71,7 @@ class ExpandDependencyTree(Action):
         items="graph_expanded_nodes",
         accumulate=("graph_expanded_nodes", "graph_edges"),
         safety=("read_only", "scoped"),
+        access="expand",
     )
     reads = ("retrieval_seed_nodes",)
     defaults = {"retrieval_seed_nodes": []}

@@ -80,6 +80,7 @@ class FetchNodeTexts(Action):
         items="node_texts",
         accumulate=("node_texts",),
         safety=("read_only", "scoped"),
+        access="fetch",
     )
     reads = ("retrieval_seed_nodes", "graph_expanded_nodes", "graph_edges")
     defaults = {"retrieval_seed_nodes": [], "graph_expanded_nodes": [], "graph_edges": []}

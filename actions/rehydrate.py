@@ -74,6 +74,7 @@ class Rehydrate(Action):
         # Run by actions/_tools.py itself: a slice is cut to the room left in the prompt.
         result=("text",),
         safety=("read_only",),
+        access="rehydrate",
     )
     required = ("target",)
     reads_settings = ("max_context_tokens", "tokenizer")

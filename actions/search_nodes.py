@@ -122,6 +122,7 @@ class SearchNodes(Action):
         items="retrieval_hits",
         accumulate=("retrieval_seed_nodes", "retrieval_hits"),
         safety=("read_only", "scoped"),
+        access="search",
     )
     reads = ("last_model_response", "retrieval_queries_asked")
     defaults = {"retrieval_queries_asked": []}

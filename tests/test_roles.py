@@ -200,3 +200,20 @@ def test_roles_against_an_openai_compatible_server(runner, index, tmp_path):
     retrieve = [b for b in server.bodies if b.get("tools")]
     names = [t["function"]["name"] for t in retrieve[0]["tools"]]
     assert names == ["search_nodes", "expand_dependency_tree", "fetch_node_texts", "rehydrate"]
+
+
+def test_the_script_in_docs_models_md_runs(runner, index, tmp_path):
+    page = (ROOT / "docs" / "models.md").read_text(encoding="utf-8")
+    section = page[page.index("## The scripted model") :]
+    script = section[
+        section.index("```yaml\n") + 8 : section.index("```", section.index("```yaml\n") + 8)
+    ]
+    (tmp_path / "script.yaml").write_text(script)
+    out, events = run(runner, index, tmp_path, f"scripted:{tmp_path / 'script.yaml'}")
+    assert out["status"] == "completed"
+    tools = [
+        e["tool"] for e in events if e["type"] == "MODEL_TOOL_CALL" and e["step_id"] == "retrieve"
+    ]
+    assert tools == ["search_nodes", "fetch_node_texts"]
+    (retrieve,) = calls_of(events, "retrieve")
+    assert "Fetched the OrderLines table and its writers." in json.dumps(retrieve)

@@ -10,7 +10,8 @@ limit the model can only narrow: an integer argument above it is lowered to it
 refused by the schema (``additionalProperties: false``).
 
 ``result`` names the variables the action writes whose values the model reads back, in
-order; ``items`` the one that holds a list the runtime may cut item by item to fit the
+order (an argument alone in its ``inputs`` variable is its value; several are gathered
+into an object); ``items`` the one that holds a list the runtime may cut item by item to fit the
 prompt budget (each item a context block when it holds node records); ``accumulate`` the
 list variables merged with what earlier calls of the same model call wrote (a second
 search adds its seeds to the first's). ``safety`` tags say what a call may do
@@ -41,6 +42,9 @@ class ToolFace:
     accumulate: tuple[str, ...] = ()
     ceilings: tuple[str, ...] = ()
     safety: tuple[str, ...] = ("read_only",)
+    # What the subject's access policy is asked about offering it (runtime/governance/
+    # access_policy.py ACTIONS: search, expand, fetch, rehydrate, assemble, inspect).
+    access: str = "inspect"
     # The step fields every call starts from (before the step's `with:` and the arguments).
     base: Mapping[str, Any] = field(default_factory=dict)
 

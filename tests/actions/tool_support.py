@@ -24,6 +24,7 @@ def run_tools(
     settings: dict[str, Any] | None = None,
     rounds: int = 4,
     window: int | None = None,
+    tool_policy: Any = None,
 ) -> Any:
     """Run `ask` (tools offered, the question as its user part) with `turns` scripted."""
     (tmp_path / "prompts").mkdir(exist_ok=True)
@@ -56,6 +57,8 @@ def run_tools(
     services = Services(
         settings=pipeline.settings, base_dir=str(tmp_path), node_store=store, model_spec=spec
     )
+    if tool_policy is not None:
+        services.tool_policy = tool_policy  # type: ignore[attr-defined]
     question = {"question": "Which stored procedure writes the OrderLines table?"}
     return Engine(pipeline, services=services).run({**question, **(inputs or {})})
 
