@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,10 @@ def _store(index_path: str | None, cases: Any) -> Any:
     from runtime.retrieval.indexer import index_paths
 
     repo = cases.corpus.get("repository") or Path(cases.corpus["path"]).name
-    path = Path(".runtime") / "eval" / f"{repo}.db"
+    # The name comes from the cases file: only letters, digits, _ - . and no leading dot,
+    # so it never names a file outside .runtime/eval/.
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", repo).lstrip(".") or "corpus"
+    path = Path(".runtime") / "eval" / f"{safe}.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     store = open_store(str(path), create=True)
     index_paths(

@@ -393,3 +393,24 @@ def test_a_case_whose_inputs_the_pipeline_refuses_stops_everything_before_a_run(
     assert res.exit_code == 2, res.output
     assert "case 'payment-retries'" in res.stderr and "colour" in res.stderr
     assert res.stdout == ""  # no table: no run was made
+
+
+def test_a_corpus_repository_name_never_names_a_file_outside_runtime_eval(
+    runner, tmp_path, monkeypatch
+):
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    sample = ROOT / "pipelines" / "sample" / "eshop"
+    cases = work / "c.yaml"
+    cases.write_text(
+        f"corpus: {{path: {sample}, repository: ../../../escaped}}\n"
+        "cases:\n  - {id: a, question: Which procedure places an order?, "
+        "expect: {evidence: ['Database/Procedures/usp_PlaceOrder.sql']}}\n"
+    )
+    res = runner.invoke(cli, ["eval", "--retrieval", str(cases), "--modes", "bm25"])
+    assert "Traceback" not in res.output + res.stderr
+    assert not list(tmp_path.glob("**/escaped*.db")) or all(
+        p.parent == work / ".runtime" / "eval" for p in tmp_path.glob("**/escaped*.db")
+    )
+    assert not (tmp_path / "escaped.db").exists() and not (tmp_path.parent / "escaped.db").exists()
