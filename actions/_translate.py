@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from actions import _redact
 from actions._model_trace import trace_model_call
 from runtime.contract.action import Problem, StepContext
 from runtime.errors import ContextOverflowError, ModelError, RunError, StateError
@@ -145,6 +146,10 @@ def translate(ctx: StepContext, provider: Any, prompt: str, user: str, text: str
     from runtime.models import ModelRequest
 
     messages = [{"role": "system", "content": prompt}, {"role": "user", "content": user}]
+    mask = _redact.masking(ctx)  # issue 28: settings.redact covers the translator too
+    if mask is not None:
+        messages = mask.messages(messages)
+        mask.trace()
     counter = ctx.services.tokens_for(provider.config)
     prompt_tokens = sum(counter.count(m["content"]) + MESSAGE_OVERHEAD for m in messages)
     if "max_output_tokens" in ctx.step:

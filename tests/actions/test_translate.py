@@ -246,3 +246,22 @@ def test_validation_checks_the_translator_and_the_prompt_file():
         ("MODEL_UNKNOWN", "error", "$.steps[1].action"),
         ("PROMPT_NOT_FOUND", "error", "$.steps[1].translate_prompt_key"),
     ]
+
+
+def test_settings_redact_masks_what_the_translator_receives(folder, chat_server):
+    chat_server.script = [{"reply": "Is card [CARD_x] blocked?"}]
+    question = "Czy karta 4111 1111 1111 1111 jest zablokowana?"
+    r = run(
+        folder,
+        [IN],
+        {"user_query": question, "translate_chat": True, "answer": "a"},
+        translator_model="tr",
+        redact=True,
+        **models(chat_server.url),
+    )
+    assert r.status == "completed"
+    [request] = chat_server.requests
+    sent = request["body"]["messages"][-1]["content"]
+    assert "4111 1111 1111 1111" not in sent and "[CARD_" in sent
+    [event] = [e for e in r.events if e["type"] == "REDACTED"]
+    assert event["kinds"] == {"card": 1}

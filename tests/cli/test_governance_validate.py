@@ -137,3 +137,25 @@ def test_resume_refuses_an_exception_that_expired_since_the_run_started(runner, 
     Path(path).write_text(Path(path).read_text().replace("2999-12-31", "2020-01-31"))
     resumed = runner.invoke(cli, ["resume", "r1", *args])
     assert resumed.exit_code == 2 and "EXCEPTION_EXPIRED" in resumed.output
+
+
+def test_a_redact_steps_bad_pattern_is_an_error_at_its_line(runner, tmp_path):
+    (tmp_path / "p.yaml").write_text(
+        "settings: {entry_step_id: mask}\n"
+        "steps:\n"
+        "  - id: mask\n"
+        "    action: redact\n"
+        "    source: text\n"
+        "    target: masked\n"
+        "    kinds: [email, passport]\n"
+        "    patterns:\n"
+        "      - {name: emp, regex: '[unclosed'}\n"
+        "    next: done\n"
+        "  - {id: done, action: finalize, source: masked}\n"
+    )
+    code, diags = validate(runner, str(tmp_path / "p.yaml"))
+    assert code == 1
+    assert sorted((d["code"], d["line"]) for d in diags) == [
+        ("REDACTION_INVALID", 7),
+        ("REDACTION_PATTERN_INVALID", 9),
+    ]
