@@ -252,3 +252,44 @@ def test_a_turn_the_thread_compaction_cut_to_one_line_is_left_as_it_is():
     assert messages[1].content() == line
     assert "assistant[1]" not in {e["id"] for e in out.entries}
     assert all("assistant[1]" not in f["members"] for f in out.folds)
+
+
+def test_a_fold_exactly_as_large_as_what_it_replaces_is_not_applied():
+    # Two turns whose cluster block and reference (and session block) take exactly the 96
+    # tokens the turns show after level 1 (found by search): an equal fold gains nothing
+    # and is not applied.
+    words = [
+        "the",
+        "orders",
+        "table",
+        "is",
+        "written",
+        "by",
+        "usp_PlaceOrder",
+        "and",
+        "read",
+        "by",
+        "the",
+        "report",
+        "job",
+    ]
+    one, two = " ".join((words * 20)[:40]), " ".join((words * 20)[3:41])
+    messages = [
+        pol.PromptMessage("system", ["Answer."]),
+        pol.PromptMessage("assistant", [pol.Segment("assistant[1]", one)]),
+        pol.PromptMessage("assistant", [pol.Segment("assistant[2]", two)]),
+        pol.PromptMessage("user", [pol.Segment("user_parts.q", "which?", summarizable=False)]),
+    ]
+    out = pol.compact_prompt(
+        messages,
+        BUDGET,
+        COUNTER,
+        at=1 / BUDGET,
+        store=MemoryPointerStore(),
+        run_id="r",
+        overhead=4,
+        summary_tokens=24,
+    )
+    assert out.levels == [1, 2, 3] and out.folds == []
+    assert all(e["level"] == 1 for e in out.entries)
+    assert "cluster of" not in messages[2].content() + messages[1].content()
