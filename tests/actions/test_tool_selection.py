@@ -148,3 +148,19 @@ def test_a_bad_max_is_a_schema_error(bad, tmp_path):
     )
     errors = [d for d in validate_paths([str(path)]).diagnostics if d.severity == "error"]
     assert errors and errors[0].line == 6
+
+
+def test_a_cedar_policy_of_the_run_keeps_a_tool_from_being_offered(tmp_path, sample_index):
+    pytest.importorskip("cedarpy")
+    (tmp_path / "p.cedar").write_text(
+        'permit (principal, action, resource);\nforbid (principal, action == Action::"expand", resource);\n'
+    )
+    tools = {"select": "auto", "max": 4, "from": FROM}
+    settings = {"access": {"engine": "cedar", "policies": "p.cedar"}}
+    result = run_tools(tmp_path, sample_index, tools, [], settings=settings)
+    assert result.status == "completed", result.error
+    (selected,) = [e for e in result.events if e["type"] == "TOOLS_SELECTED"]
+    assert "expand_dependency_tree" not in selected["offered"]
+    (refused,) = [x for x in selected["not_offered"] if x["name"] == "expand_dependency_tree"]
+    assert refused["reason"].startswith("access policy: ")
+    assert {"search_nodes", "fetch_node_texts", "rehydrate"} <= set(selected["offered"])
