@@ -9,7 +9,9 @@ installed plugins never leak in.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from runtime.contract.action import Action, ActionInfo
 
@@ -87,3 +89,23 @@ def default_registry() -> Registry:
         if _default is None:
             _default = Registry.from_entry_points()
         return _default
+
+
+# The registry the validator is checking with, for checks that validate nested steps (the
+# branches of map and parallel steps, actions/branches.py) with the same actions.
+_ACTIVE: ContextVar[Registry | None] = ContextVar("step_runtime_active_registry", default=None)
+
+
+def active_registry() -> Registry:
+    """The registry of the validation in progress, else the default one."""
+    return _ACTIVE.get() or default_registry()
+
+
+@contextmanager
+def checking_with(registry: Registry) -> Iterator[None]:
+    """Make `registry` the active one for the checks run inside the block."""
+    token = _ACTIVE.set(registry)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)

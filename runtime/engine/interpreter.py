@@ -199,6 +199,7 @@ class Engine:
             settings=pipeline.settings, base_dir=str(pipeline.base_dir)
         )
         self.store = store
+        self._wire(self.services)
         if store is not None and self.services.pointer_store is None:
             # Originals behind context pointers live with the run, so they survive resume.
             self.services.pointer_store = store if hasattr(store, "put_original") else None
@@ -238,6 +239,14 @@ class Engine:
         self._keeps_history = any(type(a).reads_history for a in self._actions.values())
         # The model names the steps can ask for: a run records what each resolves to.
         self._model_names = run_choices.model_names(pipeline)
+
+    def _wire(self, services: Any) -> None:
+        """What branch steps (map, parallel) run their branches with: this engine's store
+        and registry (actions/branches.py); branch engines share the services."""
+        if getattr(services, "run_store", None) is None:
+            services.run_store = self.store
+        if getattr(services, "registry", None) is None:
+            services.registry = self.registry
 
     # --- public --------------------------------------------------------------
     def run(
@@ -328,6 +337,7 @@ class Engine:
         resumed = run_choices.reconcile(
             run_id, self.store.choices(run_id), self.services, self._model_names, force=force
         )
+        self._wire(resumed.services)
         # The step killed before its checkpoint runs again: it must find the pointers the
         # checkpoint knew, not those it stored itself (a compaction would not be counted).
         self.store.rewind(run_id)

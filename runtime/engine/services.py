@@ -65,6 +65,10 @@ class Services:
         # by `runtime eval` per run to inject distractors and place evidence; None otherwise.
         self.evidence_hook = evidence_hook
         self._lock = threading.Lock()
+        # The run store and registry of the engine using these services (set by Engine):
+        # branch steps run their branches as runs of their own with them.
+        self.run_store: Any = None
+        self.registry: Any = None
 
     @property
     def model_provider(self) -> Any:

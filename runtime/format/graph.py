@@ -53,10 +53,45 @@ def _node_label(pipeline: Pipeline, sid: str) -> str:
     return f"{mermaid_text(sid)}<br/><i>{mermaid_text(step.action)}</i>"
 
 
-def to_mermaid(pipeline: Pipeline, registry: Registry) -> str:
-    """A Mermaid flowchart: entry marked, ends as stadium shapes, branches labelled."""
-    lines = ["flowchart TD", "  __start__((start))"]
-    ids = {s.id: f"s{i}" for i, s in enumerate(pipeline.steps)}
+# Steps whose branches run their own steps (actions/branches.py): drawn as subgraphs.
+BRANCH_TYPES = ("map", "parallel")
+
+
+def branches_of(pipeline: Pipeline) -> list[tuple[str, str, Pipeline]]:
+    """(step id, branch name, the branch as a pipeline) for each map and parallel step."""
+    out = []
+    for step in pipeline.steps:
+        if step.action not in BRANCH_TYPES:
+            continue
+        config = step.config
+        named = (
+            {"item": config.get("steps")}
+            if step.action == "map"
+            else dict(config.get("branches") or {})
+        )
+        for name, steps in named.items():
+            if not isinstance(steps, list) or not steps:
+                continue
+            plain = [
+                {**s, "action": s["type"]}
+                if isinstance(s, Mapping) and s.get("type") in BRANCH_TYPES and "action" not in s
+                else s
+                for s in steps
+                if isinstance(s, Mapping)
+            ]
+            first = plain[0].get("id") if plain else None
+            sub = Pipeline.from_dict(
+                {"name": f"{step.id}/{name}", "settings": {"entry_step_id": first}, "steps": plain}
+            )
+            out.append((step.id, str(name), sub))
+    return out
+
+
+def to_mermaid(pipeline: Pipeline, registry: Registry, prefix: str = "s") -> str:
+    """A Mermaid flowchart: entry marked, ends as stadium shapes, branches labelled; the
+    branches of map and parallel steps as subgraphs."""
+    lines = ["flowchart TD", "  __start__((start))"] if prefix == "s" else []
+    ids = {s.id: f"{prefix}{i}" for i, s in enumerate(pipeline.steps)}
     for step in pipeline.steps:
         label = _node_label(pipeline, step.id)
         cls = registry.get(step.action)
@@ -66,8 +101,19 @@ def to_mermaid(pipeline: Pipeline, registry: Registry) -> str:
             lines.append(f'  {ids[step.id]}{{{{"{label}"}}}}')
         else:
             lines.append(f'  {ids[step.id]}["{label}"]')
-    if pipeline.entry_step_id in ids:
+    if pipeline.entry_step_id in ids and prefix == "s":
         lines.append(f"  __start__ --> {ids[pipeline.entry_step_id]}")
+    for n, (sid, name, sub) in enumerate(branches_of(pipeline)):
+        inner = f"{ids[sid]}b{n}_"
+        title = mermaid_text(f"{pipeline.step(sid).action} {sid}: {name}")
+        lines.append(f'  subgraph {inner}g["{title}"]')
+        lines.extend("  " + line for line in to_mermaid(sub, registry, inner).splitlines())
+        lines.append("  end")
+        if sub.entry_step_id in {s.id for s in sub.steps}:
+            first = [s.id for s in sub.steps].index(sub.entry_step_id)
+            lines.append(
+                f"  {ids[sid]} -.->|{'each' if pipeline.step(sid).action == 'map' else 'branch'}| {inner}{first}"
+            )
     for src, dst, label, shown in _edges(pipeline, registry):
         if dst not in ids:
             continue
@@ -107,5 +153,24 @@ def to_dot(pipeline: Pipeline, registry: Registry) -> str:
         lines.append(
             f"  {dot_string(src)} -> {dot_string(dst)} [label={dot_string(shown)}{style}];"
         )
+    for n, (sid, name, sub) in enumerate(branches_of(pipeline)):
+        inner = f"{sid}/{name}"
+        lines.append(f"  subgraph {dot_string('cluster_' + str(n))} {{")
+        lines.append(f"    label={dot_string(f'{pipeline.step(sid).action} {sid}: {name}')};")
+        for step in sub.steps:
+            label = dot_string(f"{step.id}\n({step.action})")
+            lines.append(f"    {dot_string(inner + '/' + step.id)} [shape=box, label={label}];")
+        for src, dst, _label, shown in _edges(sub, registry):
+            if sub.has_step(dst):
+                lines.append(
+                    f"    {dot_string(inner + '/' + src)} -> {dot_string(inner + '/' + dst)}"
+                    f" [label={dot_string(shown)}];"
+                )
+        lines.append("  }")
+        if sub.has_step(sub.entry_step_id):
+            lines.append(
+                f"  {dot_string(sid)} -> {dot_string(inner + '/' + sub.entry_step_id)}"
+                " [style=dotted];"
+            )
     lines.append("}")
     return "\n".join(lines)

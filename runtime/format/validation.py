@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime import codes
-from runtime.contract.registry import Registry, default_registry
+from runtime.contract.registry import Registry, checking_with, default_registry
 from runtime.errors import PipelineInvalidError, UsageError
 from runtime.format import checks
 from runtime.format.access import items, mapping
@@ -712,14 +712,18 @@ def _validate_doc(
     merged, problems = resolve(doc, cache)
     if any(p.severity == "error" for p in problems):
         return problems, None  # the merged pipeline would only repeat the extends problem
+    _branch_steps(merged)
     sm = SourceMap(merged, doc.file, doc.prefix)
     pos = _positioner(sm, bool_keys)
-    schema_diags, clean, failed = _schema_pass(merged, pos, registry, for_execution)
-    # The model, like every later check, is built from schema-valid values only.
-    pipeline = Pipeline.from_dict(clean, file=doc.file, source=sm)
-    # An abstract pipeline is a base for `extends`: schema-checked, but not a runnable graph.
-    abstract = doc.data.get("abstract") is True
-    semantic = _semantic_pass(clean, failed, pos, registry, prompts=pipeline, graph=not abstract)
+    with checking_with(registry):  # branch steps check their nested steps with it
+        schema_diags, clean, failed = _schema_pass(merged, pos, registry, for_execution)
+        # The model, like every later check, is built from schema-valid values only.
+        pipeline = Pipeline.from_dict(clean, file=doc.file, source=sm)
+        # An abstract pipeline is a base for `extends`: schema-checked, not a runnable graph.
+        abstract = doc.data.get("abstract") is True
+        semantic = _semantic_pass(
+            clean, failed, pos, registry, prompts=pipeline, graph=not abstract
+        )
     diags = problems + schema_diags + semantic
     if not abstract and not any(d.severity == "error" for d in diags):
         from runtime.format import lock  # the behaviour lock: docs/lock.md
@@ -727,6 +731,20 @@ def _validate_doc(
         if locked or (locked is not None and lock.is_locked(pipeline)):
             diags += lock.check(pipeline, registry)
     return diags, None if abstract else pipeline
+
+
+# `type: map` / `type: parallel` steps name no action: they are the action of that name
+# (actions/branches.py), located at their `type`.
+BRANCH_TYPES = ("map", "parallel")
+
+
+def _branch_steps(merged: Any) -> None:
+    steps = merged.get("steps") if isinstance(merged, LMap) else None
+    if not isinstance(steps, list):
+        return
+    for step in steps:
+        if isinstance(step, LMap) and step.get("type") in BRANCH_TYPES and "action" not in step:
+            step.put("action", step["type"], step.key_locs.get("type"), step.val_locs.get("type"))
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:

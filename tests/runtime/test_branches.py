@@ -1,0 +1,320 @@
+"""`type: map` and `type: parallel` steps (issue 31): branches really run at once, on
+isolated state, with results in order, fail vs collect, cancellation, max_concurrency,
+checks inside the branches, and a killed map that resumes only its unfinished branches."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adversarial"))
+from kill_support import cli, write_folder
+
+import runtime
+from runtime.contract.action import Action
+from runtime.contract.registry import Registry, default_registry
+from runtime.engine import Engine
+from runtime.errors import RunError
+
+BARRIER = threading.Barrier(2)
+ACTIVE = {"now": 0, "max": 0}
+LOCK = threading.Lock()
+
+
+class Work(Action):
+    """Test work: waits on the barrier, sleeps, fails or loops as its item says."""
+
+    name = "work"
+    summary = "Test work."
+    fields: ClassVar[dict[str, dict[str, Any]]] = {"of": {"type": "string"}}
+    runnable = True
+
+    def run(self, ctx: Any) -> None:
+        item = ctx.get(ctx.step.get("of", "item"))
+        with LOCK:
+            ACTIVE["now"] += 1
+            ACTIVE["max"] = max(ACTIVE["max"], ACTIVE["now"])
+        try:
+            if item.get("barrier"):
+                BARRIER.wait(timeout=10)  # a sequential engine never gets past this
+            time.sleep(item.get("sleep", 0))
+            if item.get("fail"):
+                raise RunError(f"item {item['n']} fails", code="ACTION_FAILED", step_id=ctx.step_id)
+        finally:
+            with LOCK:
+                ACTIVE["now"] -= 1
+        ctx.set("answer", f"done {item['n']}")
+
+
+class Spin(Action):
+    """Loops (with a short sleep per visit) until cancelled or out of steps."""
+
+    name = "spin"
+    summary = "Spin."
+    runnable = True
+    bounds_loops = True  # (a test action: the step limit bounds it)
+    outcomes: ClassVar[tuple[str, ...]] = ("again",)
+    fields: ClassVar[dict[str, dict[str, Any]]] = {"on_again": {"type": "string"}}
+
+    def run(self, ctx: Any) -> Any:
+        from runtime.contract.action import Outcome
+
+        time.sleep(0.01)
+        return Outcome("again")
+
+
+def registry() -> Registry:
+    base = default_registry()
+    names = ("set_variables", "finalize", "map", "parallel", "loop_guard")
+    return Registry.from_classes(Work, Spin, *(base.get(n) for n in names))
+
+
+def load(tmp_path: Path, data: dict[str, Any]) -> Any:
+    path = tmp_path / "p.json.yaml"
+    path.write_text(json.dumps(data))
+    return runtime.load(str(path), registry=registry())
+
+
+def map_pipeline(items: list[dict[str, Any]], **step: Any) -> dict[str, Any]:
+    return {
+        "name": "fan",
+        "settings": {"entry_step_id": "prep"},
+        "steps": [
+            {
+                "id": "prep",
+                "action": "set_variables",
+                "rules": [{"set": "items", "value": items}],
+                "next": "each",
+            },
+            {
+                "id": "each",
+                "type": "map",
+                "items_from": "items",
+                "as": "item",
+                "output": ["answer"],
+                "results_to": "results",
+                "next": "done",
+                "steps": [
+                    {"id": "w", "action": "work", "next": "fin"},
+                    {"id": "fin", "action": "finalize", "end": True},
+                ],
+                **step,
+            },
+            {"id": "done", "action": "finalize", "source": "results", "end": True},
+        ],
+    }
+
+
+def run(tmp_path: Path, data: dict[str, Any]) -> Any:
+    store = runtime.SqliteRunStore(str(tmp_path / "runs.db"))
+    return Engine(load(tmp_path, data), registry=registry(), store=store).run({}), store
+
+
+def test_two_branches_that_wait_for_each_other_complete(tmp_path):
+    items = [{"n": 0, "barrier": True}, {"n": 1, "barrier": True}]
+    result, _ = run(tmp_path, map_pipeline(items, max_concurrency=2))
+    assert result.status == "completed", result.error
+    assert result.state["results"] == ["done 0", "done 1"]
+
+
+def test_results_are_in_item_order_whatever_finishes_first(tmp_path):
+    items = [{"n": i, "sleep": 0.05 * (3 - i)} for i in range(4)]
+    result, store = run(tmp_path, map_pipeline(items, max_concurrency=4))
+    assert result.state["results"] == [f"done {i}" for i in range(4)]
+    branches = [e for e in store.events(result.run_id) if e["type"] == "BRANCH"]
+    assert [e["branch"] for e in branches] == ["0", "1", "2", "3"]
+    assert all(e["status"] == "completed" for e in branches)
+
+
+def test_max_concurrency_is_honoured(tmp_path):
+    ACTIVE.update(now=0, max=0)
+    items = [{"n": i, "sleep": 0.03} for i in range(6)]
+    result, _ = run(tmp_path, map_pipeline(items, max_concurrency=2))
+    assert result.status == "completed"
+    assert ACTIVE["max"] == 2
+
+
+def test_collect_records_each_failed_branch_and_goes_on(tmp_path):
+    items = [{"n": 0}, {"n": 1, "fail": True}, {"n": 2}]
+    result, _ = run(tmp_path, map_pipeline(items, on_failure="collect"))
+    assert result.status == "completed", result.error
+    first, failed, last = result.state["results"]
+    assert (first, last) == ("done 0", "done 2")
+    assert (
+        failed["error"]["code"] == "ACTION_FAILED" and "item 1 fails" in failed["error"]["message"]
+    )
+
+
+def test_fail_cancels_the_other_branches_and_fails_the_step(tmp_path):
+    data = {
+        "name": "par",
+        "settings": {"entry_step_id": "both", "max_steps": 100000},
+        "steps": [
+            {
+                "id": "both",
+                "type": "parallel",
+                "results_to": "r",
+                "next": "done",
+                "branches": {
+                    "bad": [
+                        {
+                            "id": "w",
+                            "action": "set_variables",
+                            "rules": [
+                                {"set": "item", "value": {"n": 9, "fail": True, "sleep": 0.05}}
+                            ],
+                            "next": "x",
+                        },
+                        {"id": "x", "action": "work", "next": "f"},
+                        {"id": "f", "action": "finalize", "end": True},
+                    ],
+                    "slow": [
+                        {"id": "s", "action": "spin", "on_again": "s", "next": "e"},
+                        {"id": "e", "action": "finalize", "end": True},
+                    ],
+                },
+            },
+            {"id": "done", "action": "finalize", "end": True},
+        ],
+    }
+    started = time.monotonic()
+    result, store = run(tmp_path, data)
+    assert time.monotonic() - started < 30  # the spinning branch was cancelled
+    assert result.status == "failed"
+    assert result.error.code == "ACTION_FAILED" and "branch 'bad' failed" in result.error.message
+    slow = store.load(f"{result.run_id}.both.slow")
+    assert slow["status"] == "failed"
+    events = {e["branch"]: e for e in store.events(result.run_id) if e["type"] == "BRANCH"}
+    assert events["slow"]["error"] == "RUN_CANCELLED"
+
+
+def test_a_branch_sees_only_what_with_passes(tmp_path):
+    data = map_pipeline([{"n": 0}])
+    data["steps"][1]["steps"][0] = {
+        "id": "w",
+        "action": "set_variables",
+        "rules": [{"set": "answer", "from": "items"}],
+        "next": "fin",
+    }
+    pipeline_path = tmp_path / "p.json.yaml"
+    pipeline_path.write_text(json.dumps(data))
+    report = runtime.validate(str(pipeline_path), registry=registry())
+    [warning] = [d for d in report.diagnostics if d.code == "VARIABLE_NEVER_WRITTEN"]
+    assert "branch 'item'" in warning.message and warning.path.startswith("$.steps[1].steps[0]")
+    result, _ = run(tmp_path, data)
+    assert result.status == "failed" and result.error.code == "VARIABLE_MISSING"
+
+
+def test_checks_see_into_branches_with_positions_in_the_parent_file(tmp_path):
+    text = """\
+name: fan
+settings: {entry_step_id: each}
+inputs: {items: {type: array}}
+steps:
+  - id: each
+    type: map
+    items_from: items
+    results_to: out
+    steps:
+      - id: w
+        action: work
+        of: item
+        next: nowhere
+      - id: w
+        action: finalize
+    next: done
+  - id: done
+    action: finalize
+"""
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    report = runtime.validate(str(path), registry=registry())
+    found = sorted((d.code, d.line) for d in report.diagnostics if d.severity == "error")
+    assert found == [("DUPLICATE_STEP_ID", 14), ("UNKNOWN_STEP", 13)]
+    messages = [d.message for d in report.diagnostics if d.severity == "error"]
+    assert all(m.startswith("branch 'item': ") for m in messages)
+
+
+PIPELINE = """\
+name: killmap
+settings: {entry_step_id: prep}
+inputs: {question: {type: string}}
+steps:
+  - id: prep
+    action: set_variables
+    rules:
+      - {set: names, value: [a, b, c, d]}
+    next: each
+  - id: each
+    type: map
+    items_from: names
+    as: name
+    max_concurrency: 1
+    with: {q: question}
+    output: [answer]
+    steps:
+      - id: one
+        action: set_variables
+        rules:
+          - {set: first, from: name}
+        next: two
+      - id: two
+        action: set_variables
+        rules:
+          - {set: answer, from: first}
+        next: fin
+      - id: fin
+        action: finalize
+        end: true
+    results_to: results
+    next: done
+  - id: done
+    action: finalize
+    source: results
+    end: true
+"""
+
+
+@pytest.mark.parametrize("kill_at", ["checkpoint:5", "checkpoint:9", "checkpoint:12"])
+def test_a_map_killed_midway_resumes_only_its_unfinished_branches(tmp_path, kill_at):
+    folder = write_folder(tmp_path, PIPELINE, {}, {"question": "q"})
+    args = ("--inputs", "in.json", "--run-id", "r", "--json")
+    ref = cli(folder, "exec", "p.yaml", "--store", "ref.db", *args)
+    assert ref.returncode == 0, ref.stderr
+    killed = cli(folder, "exec", "p.yaml", "--store", "k.db", *args, kill_at=kill_at)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    store = runtime.SqliteRunStore(str(folder / "k.db"))
+    done_before = {
+        r["run_id"]
+        for r in store.runs()
+        if r["run_id"].startswith("r.") and r["status"] == "completed"
+    }
+    resumed = cli(folder, "resume", "r", "--store", "k.db", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["state"] == json.loads(ref.stdout)["state"]
+    assert json.loads(resumed.stdout)["state"]["results"] == ["a", "b", "c", "d"]
+    for branch in done_before:  # read back, not run again
+        assert not any(e["type"] == "RUN_RESUMED" for e in store.events(branch))
+        assert sum(e["type"] == "RUN_COMPLETED" for e in store.events(branch)) == 1
+
+
+def test_graph_draws_branches_as_subgraphs(tmp_path):
+    from click.testing import CliRunner
+
+    from runtime.cli import cli as runtime_cli
+
+    (tmp_path / "p.yaml").write_text(PIPELINE)
+    mermaid = CliRunner().invoke(runtime_cli, ["graph", str(tmp_path / "p.yaml")]).output
+    assert 'subgraph s1b0_g["map each: item"]' in mermaid
+    assert '    s1b0_0["one<br/><i>set_variables</i>"]' in mermaid
+    assert "    s1b0_0 --> s1b0_1" in mermaid and "s1 -.->|each| s1b0_0" in mermaid
+    dot = CliRunner().invoke(runtime_cli, ["graph", str(tmp_path / "p.yaml"), "--format", "dot"])
+    assert 'subgraph "cluster_0" {' in dot.output
+    assert '"each" -> "each/item/one" [style=dotted];' in dot.output
