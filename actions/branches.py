@@ -141,7 +141,8 @@ class _Branches(Action):
     @classmethod
     def check(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> Iterator[Problem]:
         """The branches' steps, checked as pipelines of their own (positions in this file)."""
-        from runtime.contract.registry import active_registry
+        from runtime.contract.registry import active_file, active_registry
+        from runtime.format.pipeline import Pipeline
         from runtime.format.source import SourceMap
         from runtime.format.validation import check_pipeline
 
@@ -153,7 +154,10 @@ class _Branches(Action):
                 continue  # the schema said so
             where: tuple[Any, ...] = ("steps",) if cls.kind == "map" else ("branches", name)
             data = cls.sub_pipeline(step, steps, settings, name)
-            for diag in check_pipeline(data, SourceMap(data, "<branch>"), registry):
+            # Built on the parent's file: prompts are found beside it, budgets are checked.
+            prompts = Pipeline.from_dict(data, file=active_file())
+            found = check_pipeline(data, SourceMap(data, "<branch>"), registry, prompts=prompts)
+            for diag in found:
                 path = _path(diag.path)
                 if path[:1] != ("steps",):
                     continue  # the parent's settings are checked with the parent

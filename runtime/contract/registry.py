@@ -94,6 +94,8 @@ def default_registry() -> Registry:
 # The registry the validator is checking with, for checks that validate nested steps (the
 # branches of map and parallel steps, actions/branches.py) with the same actions.
 _ACTIVE: ContextVar[Registry | None] = ContextVar("step_runtime_active_registry", default=None)
+# The file of the pipeline being checked (where its prompts are found), for the same checks.
+_FILE: ContextVar[str | None] = ContextVar("step_runtime_active_file", default=None)
 
 
 def active_registry() -> Registry:
@@ -101,11 +103,18 @@ def active_registry() -> Registry:
     return _ACTIVE.get() or default_registry()
 
 
+def active_file() -> str | None:
+    """The file of the pipeline being validated, when one is."""
+    return _FILE.get()
+
+
 @contextmanager
-def checking_with(registry: Registry) -> Iterator[None]:
-    """Make `registry` the active one for the checks run inside the block."""
+def checking_with(registry: Registry, file: str | None = None) -> Iterator[None]:
+    """Make `registry` (and the pipeline file) the active ones for the checks inside."""
     token = _ACTIVE.set(registry)
+    file_token = _FILE.set(file)
     try:
         yield
     finally:
+        _FILE.reset(file_token)
         _ACTIVE.reset(token)

@@ -715,7 +715,7 @@ def _validate_doc(
     _branch_steps(merged)
     sm = SourceMap(merged, doc.file, doc.prefix)
     pos = _positioner(sm, bool_keys)
-    with checking_with(registry):  # branch steps check their nested steps with it
+    with checking_with(registry, doc.file):  # branch steps check their nested steps so
         schema_diags, clean, failed = _schema_pass(merged, pos, registry, for_execution)
         # The model, like every later check, is built from schema-valid values only.
         pipeline = Pipeline.from_dict(clean, file=doc.file, source=sm)

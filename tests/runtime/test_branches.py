@@ -318,3 +318,38 @@ def test_graph_draws_branches_as_subgraphs(tmp_path):
     dot = CliRunner().invoke(runtime_cli, ["graph", str(tmp_path / "p.yaml"), "--format", "dot"])
     assert 'subgraph "cluster_0" {' in dot.output
     assert '"each" -> "each/item/one" [style=dotted];' in dot.output
+
+
+def test_a_branch_prompt_is_found_beside_the_parent_and_its_budget_checked(tmp_path):
+    text = """\
+name: pr
+settings: {entry_step_id: each, models: {m: {provider: extractive, context_window: 4096}}}
+inputs: {items: {type: array}, question: {type: string}}
+steps:
+  - id: each
+    type: map
+    items_from: items
+    with: {question: question}
+    steps:
+      - id: ask
+        action: call_model
+        model: m
+        prompt_key: nope
+        user_parts: {q: {source: question}}
+        next: fin
+      - id: fin
+        action: finalize
+        end: true
+    results_to: out
+    next: done
+  - id: done
+    action: finalize
+    source: out
+"""
+    (tmp_path / "p.yaml").write_text(text)
+    found = {(d.code, d.line) for d in runtime.validate(str(tmp_path / "p.yaml")).diagnostics}
+    assert ("PROMPT_NOT_FOUND", 13) in found and ("BUDGET_MAY_OVERFLOW", 10) in found
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "nope.md").write_text("Answer.\n")
+    found = {(d.code, d.line) for d in runtime.validate(str(tmp_path / "p.yaml")).diagnostics}
+    assert ("PROMPT_NOT_FOUND", 13) not in found
