@@ -249,6 +249,8 @@ def eval_(
             click.echo(f"wrote {', '.join(written)} in {out_dir}", err=True)
     for f in failures:
         click.echo(f"threshold: {f}", err=True)
+    for cid in report.get("baseline_cases_missing") or ():
+        click.echo(f"note: case {shown(cid, lines=False)} of the baseline was not run", err=True)
     for r in regressions:
         click.echo(
             f"regression: {shown(r['case'], lines=False)}: {r['metric']} {r['baseline']:.3f} -> "

@@ -169,6 +169,8 @@ def compare(
                     }
                 )
     report["regressions"] = found
+    # Not regressions, but not silent either: cases the baseline had and this run has not.
+    report["baseline_cases_missing"] = sorted(set(baseline["cases"]) - set(report["cases"]))
     return found
 
 

@@ -219,6 +219,18 @@ def _weakened_again(tmp_path: Path) -> str:
     return str(tmp_path / "weak.yaml")
 
 
+def test_a_case_missing_from_the_run_is_a_note_against_the_baseline(runner, tmp_path, index):
+    first = _eval(runner, tmp_path, index, PIPELINE, _small(tmp_path), "--json")
+    base = tmp_path / "base.json"
+    base.write_text(first.stdout)
+    one_case = SMALL[: SMALL.index("  - id: payment-retries")]
+    res = _eval(
+        runner, tmp_path, index, PIPELINE, _small(tmp_path, one_case), "--baseline", str(base)
+    )
+    assert res.exit_code == 0, res.stderr
+    assert "note: case payment-retries of the baseline was not run" in res.stderr
+
+
 def test_a_baseline_that_is_not_a_report_is_a_usage_error(runner, tmp_path, index):
     bad = tmp_path / "b.json"
     bad.write_text('{"version": 99}')
