@@ -153,7 +153,7 @@ class SetVariables(Action):
         """Apply the rules in order; later rules see earlier writes."""
         for rule in ctx.step["rules"]:
             dest = rule["set"]
-            value = ctx.get(rule["from"]) if "from" in rule else rule.get("value")
+            value = ctx.get(rule["from"]) if "from" in rule else _literal(rule.get("value"))
             transform = rule.get("transform", "copy")
             try:
                 result = apply_transform(transform, value, ctx.get(dest, None))
@@ -162,3 +162,13 @@ class SetVariables(Action):
                 raise
             ctx.set(dest, result)
         return None
+
+
+def _literal(value: Any) -> Any:
+    """A literal from the pipeline as plain JSON of its own: the run's value is never the
+    pipeline's object (which every run of the pipeline shares)."""
+    if isinstance(value, list):
+        return [_literal(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _literal(v) for k, v in value.items()}
+    return value

@@ -163,3 +163,14 @@ def test_the_variables_view_hands_out_copies(tmp_path):
     assert dict(view.items()) == data and len(view) == 2 and "n" in view
     with pytest.raises(TypeError):
         view["n"] = 2  # type: ignore[index]
+
+
+def test_a_literal_is_the_runs_own_plain_value_not_the_pipelines(tmp_path):
+    from runtime.format.source import LList, LMap
+
+    p = pipeline(tmp_path, {})
+    [rule] = p.step("prep").config["rules"]
+    result, _ = run(tmp_path, {})
+    items = result.state["items"]
+    assert type(items) is list and type(items[0]) is dict  # not the loader's LList / LMap
+    assert isinstance(rule["value"], LList) and isinstance(rule["value"][0], LMap)
