@@ -164,3 +164,32 @@ def test_a_cedar_policy_of_the_run_keeps_a_tool_from_being_offered(tmp_path, sam
     (refused,) = [x for x in selected["not_offered"] if x["name"] == "expand_dependency_tree"]
     assert refused["reason"].startswith("access policy: ")
     assert {"search_nodes", "fetch_node_texts", "rehydrate"} <= set(selected["offered"])
+
+
+def test_the_yaml_examples_of_docs_tools_md_validate(tmp_path):
+    import re
+
+    import yaml
+
+    from runtime.format.validation import validate_paths
+
+    page = (ROOT / "docs" / "tools.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", page, re.S)
+    assert len(blocks) == 2
+    step = yaml.safe_load(blocks[0])[0]
+    select = yaml.safe_load(blocks[1])["tools"]
+    (tmp_path / "prompts" / "roles").mkdir(parents=True)
+    (tmp_path / "prompts" / "roles" / "retriever.md").write_text("Find it.")
+    for tools in (step["tools"], select):
+        data = {
+            "settings": {"entry_step_id": "retrieve"},
+            "inputs": {"question": {"type": "string"}},
+            "steps": [
+                {**step, "tools": tools, "next": "draft"},
+                {"id": "draft", "action": "finalize", "source": "last_model_response"},
+            ],
+        }
+        path = tmp_path / "p.yaml"
+        path.write_text(yaml.safe_dump(data))
+        errors = [d for d in validate_paths([str(path)]).diagnostics if d.severity == "error"]
+        assert errors == []
