@@ -237,3 +237,26 @@ def test_a_thread_written_unmasked_is_masked_when_a_redacting_step_sends_it(prom
     first, second = sent_texts(chat_server)
     assert CARD in first
     assert CARD not in second and "[CARD_" in second
+
+
+def test_the_trace_counts_distinct_values_of_each_kind(prompts, chat_server):
+    chat_server.script = [{"reply": "ok"}]
+    other = "5555 5555 5555 4444"
+    inputs = {"question": f"is {CARD} or {other} or {CARD} blocked?", "context_blocks": []}
+    r = run(prompts, chat_server, [model_step("m", "f"), FINISH], {"redact": True}, inputs=inputs)
+    [event] = [e for e in r.events if e["type"] == "REDACTED"]
+    assert event["kinds"] == {"card": 2} and event["values"] == 2
+
+
+def test_a_value_in_the_system_prompt_is_not_stored_in_the_thread(prompts, chat_server, tmp_path):
+    (prompts / "prompts" / "sys.md").write_text(f"Escalate card issues to {MAIL}.\n")
+    chat_server.script = [{"reply": "ok"}]
+    path = tmp_path / "runs.db"
+    store = SqliteRunStore(str(path))
+    step = model_step("m", "f", fidelity="full", thread_id="t1")
+    r = run(prompts, chat_server, [step, FINISH], {"redact": True}, store=store)
+    assert r.status == "completed"
+    store.close()
+    assert MAIL not in sent_texts(chat_server)[0]
+    rows = json.dumps(sqlite3.connect(path).execute("SELECT * FROM run_threads").fetchall())
+    assert rows != "[]" and MAIL not in rows

@@ -111,6 +111,8 @@ KEPT = [
     '_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_"',
     "compass = 'north-east'",
     "41111111111111112222",  # 20 digits in one run: not a card
+    'x = "AAbbCC11DDee22FFgg33HHii44JJkk55"',  # mixed, but 4 bits a character
+    "call(password=a+b, user=u)",  # a keyword argument's expression
 ]
 
 
@@ -120,9 +122,36 @@ def test_near_misses_are_not_masked(text):
     assert red.redact(text) == text and not red.counts
 
 
+def check_digits(country: str, bban: str) -> list[str]:
+    """Every two-digit check that gives a valid IBAN (there is exactly one)."""
+    return [f"{n:02d}" for n in range(100) if r.iban_ok(f"{country}{n:02d}{bban}")]
+
+
 def test_luhn_and_iban_checksums():
-    assert r.luhn_ok("4111111111111111") and not r.luhn_ok("4111111111111112")
+    assert r.luhn_ok("4111111111111111")
+    # Every other check digit fails, whatever remainder it leaves.
+    assert [d for d in "0123456789" if r.luhn_ok("411111111111111" + d)] == ["1"]
+    assert [d for d in "0123456789" if r.luhn_ok("555555555555444" + d)] == ["4"]
     assert r.iban_ok("GB82WEST12345698765432") and not r.iban_ok("GB82WEST12345698765433")
+    # One check of the hundred is right (mod 97 == 1, not 0 or anything else).
+    assert check_digits("GB", "WEST12345698765432") == ["82"]
+    assert check_digits("DE", "370400440532013000") == ["89"]
+
+
+def test_an_iban_needs_its_countrys_length_and_a_known_country():
+    # Checksums made valid for the wrong length and for a country with no IBAN.
+    short = "WEST1234569876543"  # GB is 22 characters; this makes 21
+    assert check_digits("GB", short) == []
+    assert check_digits("XX", "12345678901234567890") == []
+    assert r.iban_ok("NO9386011117947")  # Norway: 15
+
+
+def test_overlapping_finds_become_one_placeholder():
+    red = redactor(
+        kinds=[], patterns=[{"name": "one", "regex": "abc"}, {"name": "two", "regex": "cde"}]
+    )
+    out = red.redact("xx abcde yy")
+    assert len(r.PLACEHOLDER.findall(out)) == 1 and out.endswith("de yy")
 
 
 def test_the_same_value_gets_the_same_placeholder_and_another_value_another():
