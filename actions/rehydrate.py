@@ -165,6 +165,26 @@ class Rehydrate(Action):
                     code="REHYDRATE_OVER_BUDGET",
                     step_id=ctx.step_id,
                 )
+        # Rehydration reads only an original this run stored (the pointer store is per run):
+        # content the subject was already allowed to read. Recorded as an access decision.
+        from actions._scope import run_subject
+        from runtime.governance.access_policy import Decision, Ledger, decision_id
+
+        subject = run_subject(ctx)
+        ledger = Ledger("run", "rehydrate")
+        ledger.add(
+            [
+                Decision(
+                    decision_id("run", subject, "rehydrate", pointer_id, True),
+                    "run",
+                    "rehydrate",
+                    True,
+                    "an original this run stored from content it was allowed to read",
+                    pointer_id,
+                )
+            ]
+        )
+        ctx.trace("ACCESS", **ledger.event())
         ctx.trace(
             "REHYDRATED",
             pointer_id=pointer_id,

@@ -5,13 +5,15 @@ each, all answering the question). Under the built-in rule, a Cedar policy
 (pipelines/access/policy.cedar) and OPA (pipelines/access/policy.rego's rule, served by
 tests/opa_support.py on 127.0.0.1: no OPA binary installs from the registries here), the
 run cites only tenant a's public node, the trace counts the denied nodes without their
-text, and the three answers are the same.
+text, the three answers are the same, and an API key and a card number planted in the
+cited file reach the model masked (`redact: true`, docs/access.md#redaction).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +32,10 @@ LABELS = {
     "b/internal/**": ["internal", "tenant:b"],
 }
 ALLOWED = "shop::main::procedure::dbo.usp_ShipOrderAPublic"
+# Planted in tenant a's public file: they must reach the model masked (h28redact's
+# `redact: true`, docs/access.md#redaction).
+PLANTED_KEY = "ghp_" + "x7Qm2Lp9Rt4Vw8Zk3Nc6Bd1Fh5Jy0Sa2Ue7K"
+PLANTED_CARD = "4111 1111 1111 1111"
 # Words only the denied nodes hold: none may reach the state, the trace or the answer.
 DENIED_WORDS = [
     "usp_ShipOrderAInternal",
@@ -46,15 +52,15 @@ def write_tree(root: Path) -> None:
         ("a", "internal"): "-- MarginSecretA: internal pricing note\n",
         ("b", "public"): "",
         ("b", "internal"): "-- CourierContractB: internal contract number\n",
-        ("a", "public"): "",
+        ("a", "public"): f"-- deploy with token {PLANTED_KEY}; refunds go to card {PLANTED_CARD}\n",
     }
     for (tenant, label), extra in secrets.items():
         folder = root / tenant / label
         folder.mkdir(parents=True)
         name = f"usp_ShipOrder{tenant.upper()}{label.capitalize()}"
         (folder / "ship.sql").write_text(
-            f"-- Ships an order: marks the order shipped and writes the shipment row.\n{extra}"
-            f"CREATE PROCEDURE dbo.{name}\n    @OrderId INT\nAS\nBEGIN\n"
+            "-- Ships an order: marks the order shipped and writes the shipment row.\n"
+            f"CREATE PROCEDURE dbo.{name}\n    @OrderId INT\nAS\nBEGIN\n    {extra}"
             "    UPDATE dbo.Orders SET Status = 'Shipped' WHERE OrderId = @OrderId;\n"
             "    INSERT INTO dbo.Shipments (OrderId) VALUES (@OrderId);\nEND\n"
         )
@@ -85,20 +91,22 @@ def index(tmp_path_factory):
     return str(path)
 
 
-def pipeline(tmp_path: Path, access: dict[str, str] | None) -> str:
-    """code_qa as shipped, or a pipeline extending it with settings.access."""
-    if access is None:
+def pipeline(tmp_path: Path, access: dict[str, str] | None, redact: bool = False) -> str:
+    """code_qa as shipped, or a pipeline extending it with settings.access and redaction."""
+    if access is None and not redact:
         return str(PIPELINES / "code_qa.yaml")
     file = tmp_path / "code_qa_access.yaml"
-    settings = {"prompts_dir": str(PIPELINES / "prompts"), "access": access}
+    settings: dict[str, Any] = {"prompts_dir": str(PIPELINES / "prompts"), "redact": redact}
+    if access is not None:
+        settings["access"] = access
     file.write_text(json.dumps({"extends": str(PIPELINES / "code_qa.yaml"), "settings": settings}))
     return str(file)
 
 
-def run(runner, index, tmp_path, access, subject=SUBJECT):
+def run(runner, index, tmp_path, access, subject=SUBJECT, redact=False):
     tmp_path.mkdir(parents=True, exist_ok=True)
     store = tmp_path / "runs.db"
-    args = ["exec", pipeline(tmp_path, access), "--index", index, "--store", str(store)]
+    args = ["exec", pipeline(tmp_path, access, redact), "--index", index, "--store", str(store)]
     args += ["--input", f"question={QUESTION}", "--json"]
     if subject is not None:
         args += ["--subject", json.dumps(subject)]
@@ -138,7 +146,7 @@ def test_a_tenant_a_public_subject_cites_only_tenant_a_public_nodes_under_every_
 ):
     answers = {}
     for name, access in engines(opa).items():
-        out, events, stdout = run(runner, index, tmp_path / name, access)
+        out, events, stdout = run(runner, index, tmp_path / name, access, redact=True)
         assert out["status"] == "completed", (name, out["error"])
         assert cited(out) == [ALLOWED], name
         answer = out["output"]["final_answer"]
@@ -156,6 +164,13 @@ def test_a_tenant_a_public_subject_cites_only_tenant_a_public_nodes_under_every_
         assert [h["id"] for h in hits] == [ALLOWED]
         allowed_ids = {d for e in search for d in (x["id"] for x in e["decisions"])}
         assert hits[0]["decision"] in allowed_ids
+        # The planted key and card reach the model masked, in every call.
+        calls = [e for e in events if e["type"] == "MODEL_CALL"]
+        sent = json.dumps([e.get("messages") for e in calls])
+        assert calls and "messages" in calls[-1]
+        assert PLANTED_KEY not in sent and PLANTED_CARD not in sent, name
+        assert "[SECRET_" in sent and "[CARD_" in sent, name
+        assert PLANTED_KEY not in answer and PLANTED_CARD not in answer
         answers[name] = answer
     assert answers["builtin"] == answers["cedar"] == answers["opa"]
     assert len(opa.bodies) >= 1  # the OPA runs really asked the server

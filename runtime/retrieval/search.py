@@ -847,7 +847,7 @@ class SearchPasses:
             window *= 8
         return [_hit(i, r[0], -r[1], *r[2:5]) for i, r in enumerate(rows)]
 
-    def count_matches(self, query: str, *, scope: Scope, cap: int = 10_000) -> int:
+    def count_matches(self, query: str, *, scope: Scope, cap: int = 1000) -> int:
         """Nodes the scope may see that hold any searched word of query, up to cap + 1.
 
         Counted inside SQLite (no row is read out): what the access trace reports as the

@@ -281,6 +281,15 @@ def test_a_pointer_of_another_run_is_not_rehydrated(index, tmp_path):
     )
     assert result.status == "failed" and result.error.code == "POINTER_UNKNOWN"
     assert "tenant b" not in json.dumps(result.state) + json.dumps(store.events(result.run_id))
+    # The run's own pointer is read, and the read is an access decision in the trace.
+    mine = "own text of this run " * 3
+    store.put_original("mine", pointer, hashlib.sha256(mine.encode()).hexdigest(), "text", mine)
+    own = runtime.Runner(runtime.load(str(file)), store=store).run(
+        {"ptr": pointer}, subject=SUBJECT, run_id="mine"
+    )
+    assert own.status == "completed" and own.state["text"] == mine
+    [access] = [e for e in store.events("mine") if e["type"] == "ACCESS"]
+    assert access["action"] == "rehydrate" and access["decisions"][0]["effect"] == "allow"
 
 
 def test_an_extends_may_not_swap_a_locked_policy(tmp_path):
