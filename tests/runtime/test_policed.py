@@ -54,10 +54,7 @@ def store(tmp_path):
     s.replace_edges(
         "r",
         "main",
-        [
-            ("r::main::procedure::ShipA0", f"r::main::procedure::ShipB{i}", "Calls")
-            for i in range(3)
-        ]
+        [("r::main::procedure::ShipA0", f"r::main::procedure::ShipB{i}", "Calls") for i in range(3)]
         + [("r::main::procedure::ShipA0", "r::main::procedure::ShipA1", "Calls")],
     )
     return s
