@@ -69,3 +69,18 @@ def test_a_pattern_over_its_bound_is_a_coded_error(tmp_path, monkeypatch):
     r = run(tmp_path, {"patterns": [{"name": "slow", "regex": "(a|aa)+$"}]}, value="a" * 80 + "!")
     assert r.status == "failed" and r.error.code == "REDACTION_PATTERN_TIMEOUT"
     assert "masked" not in r.state
+
+
+def test_a_governed_exception_copies_the_value_unmasked_and_is_traced(tmp_path):
+    exception = {
+        "id": "raw-copy",
+        "rule": "redaction",
+        "steps": ["r"],
+        "owner": "sec-team",
+        "expires": "2999-12-31",
+        "rollback": "r",
+    }
+    r = run(tmp_path, {}, {"exceptions": [exception]})
+    assert r.state["masked"] == TEXT
+    [used] = [e for e in r.events if e["type"] == "EXCEPTION_USED"]
+    assert used["exception"] == "raw-copy" and not [e for e in r.events if e["type"] == "REDACTED"]
