@@ -59,6 +59,22 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "inspect": ("runtime.cli.inspect", "inspect", "Show what the runtime sees in a source file."),
     "index": ("runtime.cli.index", "index", "Index source trees into the node store."),
     "search": ("runtime.cli.index", "search", "Search the node store."),
+    # issue 27
+    "memories": (
+        "runtime.cli.memories",
+        "memories",
+        "Import and search memories and experiences.",
+    ),
+    "feedback": (
+        "runtime.cli.memories",
+        "feedback",
+        "Set how a run went: its experience's confidence tier.",
+    ),
+    "values": (
+        "runtime.cli.memories",
+        "values",
+        "Rebuild the values clustered from experiences' lessons.",
+    ),
     # issue 30
     "eval": (
         "runtime.cli.eval",

@@ -218,6 +218,13 @@ class ServicesView(Protocol):
     def packs(self) -> Any:
         """Where model calls' context packs are stored (save_pack, packs; docs/packs.md)."""
 
+    @property
+    def memory_store(self) -> Any:
+        """The memory store to recall from (runtime/retrieval/memory_store.py MemoryStore)."""
+
+    def memory_writer(self) -> Any:
+        """The memory store to write to (created when missing)."""
+
 
 class StepContext(Protocol):
     """What an action sees while it runs (implemented by the engine)."""

@@ -205,3 +205,19 @@ class Services:
                     str(named) if named else None, index_path=self.index_path
                 )
             return self._memory_store
+
+    def memory_writer(self) -> Any:
+        """The memory store to write to: the one given, else the file memory_store names,
+        created when missing (the `remember` and `record_experience` actions)."""
+        with self._lock:
+            if self._memory_store_given:
+                return self._memory_store
+            current = self._memory_store
+            if current is None or not hasattr(current, "remember"):
+                from runtime.retrieval.memories import open_memory_store
+
+                named = self.memory_path or self.settings.get("memory_store")
+                self._memory_store = open_memory_store(
+                    str(named) if named else None, index_path=self.index_path, create=True
+                )
+            return self._memory_store

@@ -235,6 +235,31 @@ class SqliteMemoryStore:
         return db
 
     @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group writes in one transaction: all are stored, or none (rolled back on error)."""
+        db = self.conn()
+        self._local.tx = True
+        try:
+            yield
+            with self._guard("commit"):
+                db.commit()
+        except BaseException:
+            db.rollback()
+            raise
+        finally:
+            self._local.tx = False
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """The connection to write with: committed at the end unless a transaction is open."""
+        db = self.conn()
+        if getattr(self._local, "tx", False):
+            yield db
+        else:
+            with db:
+                yield db
+
+    @contextlib.contextmanager
     def _guard(self, doing: str) -> Iterator[None]:
         """SQLite's errors (a damaged or locked file) as MEMORY_STORE_ERROR."""
         try:
@@ -309,9 +334,10 @@ class SqliteMemoryStore:
 
     def replace_values(self, records: Sequence[Mapping[str, Any]]) -> int:
         """Make the stored values exactly these (what `runtime values rebuild` computed)."""
-        with self._guard("write values"), self.conn() as db:
-            self._delete_all(db, "value")
-        self._write("value", list(records), lambda r: _body(r["text"]), lambda r: r["text"])
+        with self.transaction():
+            with self._guard("write values"), self._writing() as db:
+                self._delete_all(db, "value")
+            self._write("value", list(records), lambda r: _body(r["text"]), lambda r: r["text"])
         return len(records)
 
     def _delete_all(self, db: sqlite3.Connection, kind: str) -> None:
@@ -342,7 +368,7 @@ class SqliteMemoryStore:
         table, fts = _TABLES[kind]
         names, derive = _COLUMNS[kind]
         width = len(names.split(","))
-        with self._guard(f"write {kind} items"), self.conn() as db:
+        with self._guard(f"write {kind} items"), self._writing() as db:
             for i, record in enumerate(records):
                 old = db.execute(f"SELECT rowid FROM {table} WHERE id = ?", (record["id"],))
                 for (rowid,) in old.fetchall():
