@@ -490,6 +490,12 @@ class CallModel(Action):
         limit = policy.model_profile(
             config.name, config.context_window, request.max_output_tokens, cfg, config.token_margin
         ).budget
+        # The tool specs go with every request that offers tools, and the server counts them:
+        # a round's room is what is left after them too (TOOLS_OFFERED traces each one's).
+        tools = (
+            offered if offered is not None else _tools.resolve(list(ctx.step.get("tools") or ()))
+        )
+        specs = sum(counter.count(json.dumps(t.spec(), sort_keys=True)) for t in tools)
 
         def spare(messages: list[dict[str, Any]]) -> int:
             # The prompt budget less the prompt so far, tool calls' names and arguments
@@ -503,14 +509,14 @@ class CallModel(Action):
                 + MESSAGE_OVERHEAD
                 for m in messages
             )
-            return limit - used
+            return limit - specs - used
 
         def on_round(number: int, messages: list[dict[str, Any]]) -> None:
             if number and budget is not None and "prompt_messages" in budget:
                 from actions import _budget
 
                 _budget.compact_round(ctx, provider, messages, budget, number, MESSAGE_OVERHEAD)
-            tokens = limit - spare(messages)
+            tokens = limit - specs - spare(messages)  # the messages' tokens
             if sent is not None:
                 sent.append(tokens)
             if number:  # the first request's decision is the budget stage's
@@ -527,7 +533,7 @@ class CallModel(Action):
             ctx,
             provider,
             request,
-            tools=list(ctx.step["tools"]) if offered is None else offered,
+            tools=tools,
             rounds=int(ctx.step.get("max_tool_rounds", _tools.DEFAULT_TOOL_ROUNDS)),
             spare=spare,
             overhead=MESSAGE_OVERHEAD,

@@ -286,3 +286,17 @@ def test_a_third_party_action_with_a_face_is_offered_through_the_registry(tmp_pa
         assert [t.name for t in _tools.resolve(["lister"])] == ["lister"]
     finally:
         registry._infos.pop("lister", None)
+
+
+def test_the_offered_specs_count_against_the_room_of_a_result(tmp_path, sample_index):
+    turns = [call("search_nodes", query="OrderLines")]
+
+    def first(tools: list[str]) -> tuple[int, int]:
+        result = run_tools(tmp_path, sample_index, tools, turns)
+        (offered,) = [e for e in result.events if e["type"] == "TOOLS_OFFERED"]
+        return tool_events(result)[0]["room"], sum(t["tokens"] for t in offered["tools"])
+
+    room_one, specs_one = first(["search_nodes"])
+    room_three, specs_three = first(["search_nodes", "expand_dependency_tree", "fetch_node_texts"])
+    assert specs_three > specs_one
+    assert room_one - room_three == specs_three - specs_one

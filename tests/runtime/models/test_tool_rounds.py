@@ -140,7 +140,9 @@ def _room_window(slice_tokens: int) -> int:
     """The window in which a tool result of slice_tokens exactly fits (one round)."""
     prompt = COUNT(sent_system()) + COUNT("Who?") + 2 * MESSAGE_OVERHEAD
     assistant = COUNT("rehydrate" + ARGS) + MESSAGE_OVERHEAD
-    return 100 + prompt + assistant + MESSAGE_OVERHEAD + slice_tokens
+    # The rehydrate spec goes with the request and counts against the budget too.
+    spec = COUNT(json.dumps(_tools.REHYDRATE_SPEC, sort_keys=True))
+    return 100 + prompt + assistant + MESSAGE_OVERHEAD + slice_tokens + spec
 
 
 def test_a_slice_that_exactly_fits_is_sent(tmp_path, chat_server):
