@@ -60,7 +60,10 @@ def run_tools(
     if tool_policy is not None:
         services.tool_policy = tool_policy  # type: ignore[attr-defined]
     question = {"question": "Which stored procedure writes the OrderLines table?"}
-    return Engine(pipeline, services=services).run({**question, **(inputs or {})})
+    # A fixed run id: the preamble names it, so two runs of a test count the same prompt.
+    return Engine(pipeline, services=services).run(
+        {**question, **(inputs or {})}, run_id="tools-run"
+    )
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
