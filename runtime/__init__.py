@@ -19,6 +19,8 @@ _LAZY = {
     "Runner": "runtime._api",
     "load": "runtime._api",
     "validate": "runtime._api",
+    "remember": "runtime._api",
+    "record_experience": "runtime._api",
     "Action": "runtime.contract.action",
     "Outcome": "runtime.contract.action",
     "Problem": "runtime.contract.action",
@@ -69,5 +71,7 @@ __all__ = [
     "VariableRead",
     "default_registry",
     "load",
+    "record_experience",
+    "remember",
     "validate",
 ]

@@ -191,3 +191,36 @@ class Runner:
         """Continue a crashed or failed run from the store (a different subject:
         SUBJECT_CHANGED)."""
         return self.engine.resume(run_id, force=force, on_event=on_event, subject=subject)
+
+
+def remember(
+    items: Any,
+    *,
+    store: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Validate and store memories (a list of memory objects; all or none); their ids.
+
+    store: the memory store file (default $RUNTIME_MEMORIES, else memories.db beside the
+    index). Every configured key (settings.models' api_key_env, OPENAI_API_KEY) is stored
+    as [redacted].
+    """
+    from runtime.models.guard import scrubber_for
+    from runtime.retrieval.memories import open_memory_store
+
+    target = open_memory_store(store, create=True)
+    return list(target.remember(list(items), scrub=scrubber_for(settings or {})))
+
+
+def record_experience(
+    items: Any,
+    *,
+    store: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Validate and store experiences (a list of experience objects; all or none); their ids."""
+    from runtime.models.guard import scrubber_for
+    from runtime.retrieval.memories import open_memory_store
+
+    target = open_memory_store(store, create=True)
+    return list(target.record_experiences(list(items), scrub=scrubber_for(settings or {})))

@@ -25,7 +25,7 @@ VALUE_AXES = ("lesson", "surprise")
 MIN_SIZE = 2
 # Cosine at or above which a text joins a cluster: term vectors share fewer dimensions
 # than sentence embeddings, whose unrelated texts are already ~0.2 apart.
-TERM_THRESHOLD = 0.2
+TERM_THRESHOLD = 0.3
 EMBEDDING_THRESHOLD = 0.6
 REFINE_PASSES = 2
 _TIER_ORDER = {"gold": 0, "silver": 1, "bronze": 2, "abandoned": 3}
@@ -55,8 +55,10 @@ def term_vectors(texts: Sequence[str]) -> list[Vector]:
     n = len(texts)
     out = []
     for c in counts:
+        # Smoothed IDF (+1): a term every text shares still counts (two texts saying the
+        # same thing would otherwise share nothing).
         vec = {
-            vocab[t]: (1 + math.log(k)) * math.log((1 + n) / (1 + df[t])) + 1e-9
+            vocab[t]: (1 + math.log(k)) * (math.log((1 + n) / (1 + df[t])) + 1.0)
             for t, k in c.items()
         }
         out.append(_unit(vec))
