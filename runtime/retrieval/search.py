@@ -850,8 +850,10 @@ class SearchPasses:
     def count_matches(self, query: str, *, scope: Scope, cap: int = 1000) -> int:
         """Nodes the scope may see that hold any searched word of query, up to cap + 1.
 
-        Counted inside SQLite (no row is read out): what the access trace reports as the
-        candidates a rule hid is this count under the wider scope minus this one.
+        Counted in the full-text index alone, from its scope and label tokens (no row is
+        read out): what the access trace reports as the candidates a rule hid is this
+        count under the wider scope minus this one. The tokens only narrow a search's
+        match (its rows are checked against the tables); for a count they are enough.
         """
         match = self._selective_any(query)
         if not match:
@@ -860,13 +862,12 @@ class SearchPasses:
         expr = f"({match})" + (f" AND {need}" if need else "")
         if hidden:
             expr = f"({expr}) NOT {hidden}"
-        where, args = self._scope_sql(scope)
         row = (
             self.conn()
             .execute(
-                "SELECT count(*) FROM (SELECT 1 FROM nodes_fts f JOIN nodes n ON n.rowid = f.rowid "
-                f"WHERE nodes_fts MATCH ? AND {where} LIMIT ?)",
-                [expr, *args, cap + 1],
+                "SELECT count(*) FROM (SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? "
+                "LIMIT ?)",
+                [expr, cap + 1],
             )
             .fetchone()
         )
