@@ -100,9 +100,11 @@ class Decision:
         return out
 
 
-def decision_id(engine: str, subject: Subject, action: str, key: str, allowed: bool) -> str:
-    """A stable id: the same subject, action, resource and effect give the same id."""
-    text = "\x1f".join((engine, subject.digest(), action, key, "allow" if allowed else "deny"))
+def decision_id(engine: str, subject: Subject | str, action: str, key: str, allowed: bool) -> str:
+    """A stable id: the same subject, action, resource and effect give the same id
+    (subject: the Subject, or its digest computed once for a batch)."""
+    digest = subject if isinstance(subject, str) else subject.digest()
+    text = "\x1f".join((engine, digest, action, key, "allow" if allowed else "deny"))
     return "acc-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

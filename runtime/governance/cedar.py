@@ -131,9 +131,10 @@ class CedarEngine:
             for e in entities[1:]
         ]
         try:
-            results = cedarpy.is_authorized_batch(
-                requests, self._policies, json.dumps(entities), self._schema
-            )
+            # The schema validated the policies when they were loaded; entities are not
+            # validated against it per request (a missing attribute is an evaluation
+            # error, which denies).
+            results = cedarpy.is_authorized_batch(requests, self._policies, json.dumps(entities))
         except Exception as exc:  # cedarpy raises plain exceptions; never an allow
             return failed(self.name, subject, action, resources, f"{type(exc).__name__}: {exc}")
         if len(results) != len(resources):
@@ -141,6 +142,7 @@ class CedarEngine:
                 self.name, subject, action, resources, "a batch answer of the wrong length"
             )
         out = []
+        digest = subject.digest()
         for r, res in zip(resources, results, strict=True):
             errors = list(getattr(res.diagnostics, "errors", []) or [])
             if errors:
@@ -155,7 +157,7 @@ class CedarEngine:
             )
             out.append(
                 Decision(
-                    decision_id(self.name, subject, action, r.id, ok),
+                    decision_id(self.name, digest, action, r.id, ok),
                     self.name,
                     action,
                     ok,

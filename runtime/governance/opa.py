@@ -76,12 +76,13 @@ class OpaEngine:
         except _Failure as exc:
             return failed(self.name, subject, action, resources, str(exc))
         out = []
+        digest = subject.digest()
         for r in resources:
             ok = r.id in allowed
             why = "allowed by the OPA rule" if ok else "the OPA rule does not allow it"
             out.append(
                 Decision(
-                    decision_id(self.name, subject, action, r.id, ok),
+                    decision_id(self.name, digest, action, r.id, ok),
                     self.name,
                     action,
                     ok,
