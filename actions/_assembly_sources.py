@@ -73,6 +73,7 @@ def nodes(req: Request, node_store: Any) -> list[Candidate]:
     extra = {"per_file": 0} if req.kind == "commits" else {}
     if "per_file" in req.spec:
         extra["per_file"] = int(req.spec["per_file"])
+    # The run's scope here; the access engine decides each item after (filter_candidates).
     hits = node_store.search(
         req.query,
         scope=req.scope,

@@ -226,7 +226,8 @@ def filter_allowed(
     return [i for i, r in zip(items, resources, strict=True) if r.id in ok], ledger
 
 
-MEMORY_KINDS = ("memory", "experience", "value")
+# facet: a premortem section's view of an experience (actions/_premortem.py).
+MEMORY_KINDS = ("memory", "experience", "value", "facet")
 
 
 def filter_candidates(ctx: Any, found: dict[str, list[Any]]) -> dict[str, list[Any]]:

@@ -131,6 +131,11 @@ class AssembleContext(Action):
             **_VARIABLE,
             "description": "Variable for the markdown (<output_to>_markdown).",
         },
+        "report_to": {
+            **_VARIABLE,
+            "description": "Variable for a readable report: the markdown, then what was dropped "
+            "and why, and the warnings (outside the budget; for people, not a prompt).",
+        },
     }
     reads_settings = ("tokenizer",)
     runnable = True
@@ -242,6 +247,8 @@ class AssembleContext(Action):
         out = step.get("output_to") or DEFAULT_OUTPUT
         yield out
         yield step.get("markdown_to") or f"{out}_markdown"
+        if isinstance(step.get("report_to"), str):
+            yield step["report_to"]
 
     def run(self, ctx: StepContext) -> Outcome | None:
         """Fetch every source concurrently, assemble, write the record and the markdown."""
@@ -281,6 +288,8 @@ class AssembleContext(Action):
         out = step.get("output_to") or DEFAULT_OUTPUT
         ctx.set(out, record)
         ctx.set(step.get("markdown_to") or f"{out}_markdown", record["markdown"])
+        if step.get("report_to"):
+            ctx.set(step["report_to"], report(record))
         ctx.trace(
             "ASSEMBLE_CONTEXT",
             mode=step.get("mode") or "sources",
@@ -311,11 +320,10 @@ class AssembleContext(Action):
             from actions import _premortem
 
             domain = _text(ctx, step, "domain")
-            strategy = (
-                _text(ctx, step, "strategy")
-                if ("strategy" in step or "strategy_from" in step)
-                else None
-            )
+            strategy = step.get("strategy")
+            if "strategy_from" in step:  # optional: unset or blank asks about every strategy
+                value = ctx.get(step["strategy_from"], None)
+                strategy = value.strip() if isinstance(value, str) and value.strip() else None
             extra = _query(ctx, step) if "query_from" in step else ""
             for source, fetch in _premortem.plan(domain or "", strategy, 5, {}, extra):
                 jobs.append((source, _bind(fetch, scope, services)))
@@ -330,6 +338,33 @@ class AssembleContext(Action):
             req = src.Request(s["name"], kind, query, dict(s), scope, spec.max_items)
             jobs.append((spec, _fetcher(req, services)))
         return jobs
+
+
+def report(record: Mapping[str, Any]) -> str:
+    """The pack, then the drop record and the warnings, as text for a person."""
+    lines = [record["markdown"] or "(empty pack: no source found anything)\n"]
+    budget = f"{record['token_count']} of {record['max_tokens']} tokens"
+    if record["exceeded"]:
+        budget += f", {record['exceeded']} over (soft)"
+    lines.append(f"Budget: {budget}.\n")
+    if record["dropped"]:
+        lines.append("Dropped:")
+        for d in record["dropped"]:
+            tokens = "?" if d["tokens"] is None else d["tokens"]
+            lines.append(f"- {d['id']} ({d['source']}, {tokens} tokens): {d['reason']}")
+        lines.append("")
+    cut = [i for i in record["items"] if i["truncated"]]
+    if cut:
+        lines.append("Cut to fit:")
+        lines += [
+            f"- {i['id']}: cut to {i['tokens']} tokens (the text alone was {i['full_tokens']}); "
+            f"whole: {i.get('pointer_id') or i['location']}"
+            for i in cut
+        ]
+        lines.append("")
+    for w in record.get("warnings") or ():
+        lines.append(f"Warning: {w['source']}: {w['code']}: {w['message']}")
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _premortem_names() -> tuple[str, ...]:

@@ -455,7 +455,10 @@ def _fit(
         return None
     cut = text
     if c.kind == "code" and compact is not None:
-        cut = compact(text, c.language, room)
+        compacted = compact(text, c.language, room)
+        # A skeleton with almost nothing left of it says less than the code's first lines.
+        if counter.count(compacted.strip()) >= min(room, 24):
+            cut = compacted
     while True:
         cut = counter.truncate(cut, room) if counter.count(cut) > room else cut
         shown = counter.count(cut)
@@ -569,8 +572,16 @@ def assemble(
     total_w = sum(s.weight for s in live if s.weight > 0)
     entries: dict[str, list[_Entry]] = {}
     heads: dict[str, tuple[str, int]] = {}
+    wanted = {
+        s.name: sum(counter.count(render_item(c, body(c))) for c in by_source[s.name]) for s in live
+    }
+    grown = _shares(wanted, {s.name: s.weight for s in live}, budget)
     for s in live:
         share = budget * s.weight / total_w if s.weight > 0 else budget / max(len(live), 1)
+        # Its share grows by what sources that need less leave it (as the budget will).
+        share = max(share, grown[s.name])
+        if sum(wanted.values()) <= budget:
+            share = max(share, wanted[s.name] / (s.item_cap or opts.item_cap))  # all fits: no cut
         cap = math.floor(share * (s.item_cap if s.item_cap is not None else opts.item_cap))
         head = section_heading(s, titles.get(s.kind, s.kind))
         heads[s.name] = (head, counter.count(head))
@@ -638,6 +649,31 @@ def assemble(
             "footer": total - body_tokens if n_items else 0,
         },
     }
+
+
+def _shares(
+    wanted: Mapping[str, int], weights: Mapping[str, float], budget: int
+) -> dict[str, float]:
+    """Each source's share once what the sources wanting less than theirs leave is
+    redistributed by weight (weight 0: an equal part of what the weighted leave)."""
+    share = {n: 0.0 for n in wanted}
+    left = float(budget)
+    for group in ([n for n in wanted if weights[n] > 0], [n for n in wanted if weights[n] <= 0]):
+        active = list(group)
+        while active and left > 0:
+            total = sum(weights[n] for n in active) if weights[active[0]] > 0 else len(active)
+            part = {n: left * (weights[n] if weights[n] > 0 else 1) / total for n in active}
+            done = [n for n in active if wanted[n] <= part[n]]
+            if not done:
+                for n in active:
+                    share[n] = part[n]
+                left = 0
+                break
+            for n in done:
+                share[n] = float(wanted[n])
+                left -= wanted[n]
+                active.remove(n)
+    return share
 
 
 def _drop(c: Candidate, reason: str, tokens: int | None) -> dict[str, Any]:

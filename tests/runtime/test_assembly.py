@@ -250,6 +250,12 @@ def test_real_split_follows_the_weights():
 # --- the per-item cap ------------------------------------------------------------------------
 
 
+def test_nothing_is_cut_when_everything_fits():
+    long = mem("big", words(300, 1))
+    r = run([Source("m", "memories")], {"m": [long, mem("s", "short fact", 0.5)]}, 2000)
+    assert [i["truncated"] for i in r["items"]] == [False, False]
+
+
 def test_a_long_item_is_cut_to_the_cap_with_a_note_naming_where_the_whole_lives():
     long = mem("big", words(2000, 1), 1.0)
     r = run([Source("mem", "memories")], {"mem": [long, mem("s", "short fact", 0.5)]}, 1000)
@@ -263,9 +269,12 @@ def test_a_long_item_is_cut_to_the_cap_with_a_note_naming_where_the_whole_lives(
 
 def test_item_cap_is_a_step_option_and_a_source_option():
     long = mem("big", words(400, 2))
-    wide = run([Source("mem", "memories")], {"mem": [long]}, 1000, item_cap=0.9)
+    more = [mem(i, words(100, i), 0.5) for i in range(3)]  # together over the budget
+    wide = run([Source("mem", "memories")], {"mem": [long, *more]}, 1000, item_cap=0.9)
     assert not wide["items"][0]["truncated"]
-    narrow = run([Source("mem", "memories", item_cap=0.1)], {"mem": [long]}, 1000, item_cap=0.9)
+    narrow = run(
+        [Source("mem", "memories", item_cap=0.1)], {"mem": [long, *more]}, 1000, item_cap=0.9
+    )
     assert narrow["items"][0]["truncated"] and narrow["items"][0]["tokens"] <= 100
 
 
@@ -275,7 +284,11 @@ def test_code_is_compacted_before_it_is_cut():
 
     def compact(t: str, language: str, budget: int) -> str:
         asked.append((language, budget))
-        return "// compacted skeleton\npublic class OrderService { }"
+        return (
+            "// compacted skeleton\npublic class OrderService\n{\n"
+            + "    void M(int a, int b);\n" * 8
+            + "}"
+        )
 
     r = assemble(
         [Source("code", "code")],
