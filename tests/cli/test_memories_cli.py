@@ -213,3 +213,27 @@ def test_feedback_answers_with_codes(tmp_path: Path) -> None:
     assert code == 1 and "EXPERIENCE_NOT_FOUND" in err
     code, _, err = invoke("feedback", "nope", "--store", str(runs), "--memories", db)
     assert code == 2 and "--good" in err
+
+
+class ConceptEmbedder:
+    """Vectors by concept: 'idempotency' lessons one way, everything else another."""
+
+    name = "concepts-2"
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0, 0.1] if "idempotency" in t else [0.1, 1.0] for t in texts]
+
+
+def test_values_use_the_embedders_vectors_when_there_is_one() -> None:
+    seeds = json.loads(SEEDS.read_text())["experiences"]
+    found = build_values(seeds, embedder=ConceptEmbedder())
+    assert found == build_values(list(reversed(seeds)), embedder=ConceptEmbedder())
+    idem = [v for v in found if v["axis"] == "lesson" and "idempotency" in v["text"]]
+    assert [v["members"] for v in idem] == [
+        [
+            "exp-basket-retry-idempotent",
+            "exp-order-retry-deadlock",
+            "exp-payment-retry-double-charge",
+        ]
+    ]
+    assert {v["method"] for v in found} == {"concepts-2"}
