@@ -179,6 +179,13 @@ class CallModel(Action):
             "description": "Tool-call rounds before the model must answer (default 3).",
         },
         "redact": REDACT_SCHEMA,
+        "shown_to": {
+            "type": "string",
+            "pattern": VARIABLE_PATTERN,
+            "description": "Variable that gets what the model was given that an answer may "
+            "cite (node ids and paths of evidence blocks, pointers; every tool round "
+            "included), for a verify_answer step's shown_from.",
+        },
         "context_policy": POLICY_SCHEMA,
         "pack_budget": PACK_BUDGET_SCHEMA,
         # fidelity and thread_id are step fields of every action (runtime/format/schema.py).
@@ -237,9 +244,12 @@ class CallModel(Action):
 
     @classmethod
     def step_writes(cls, step: Mapping[str, Any]) -> Iterator[str]:
-        """last_model_response, each user part's `pointer_to`, and what its tools write."""
+        """last_model_response, `shown_to`, each user part's `pointer_to`, and what its
+        tools write."""
         yield from cls.writes
         yield from _tool_writes(step)
+        if isinstance(step.get("shown_to"), str):
+            yield step["shown_to"]
         parts = step.get("user_parts")
         for part in (parts if isinstance(parts, Mapping) else {}).values():
             if isinstance(part, Mapping) and isinstance(part.get("pointer_to"), str):
@@ -737,6 +747,10 @@ class CallModel(Action):
                 ctx.trace("JSON_REPLY_REPAIRED", notes=list(reply.notes), reply=text[:2000])
                 text = json.dumps(reply.value, ensure_ascii=False)
         ctx.set("last_model_response", text)
+        if "shown_to" in ctx.step:  # what an answer may cite: every round's messages
+            from runtime.models.citations import shown_record
+
+            ctx.set(ctx.step["shown_to"], shown_record(messages, ctx.step_id))
         if "thread_id" in fidelity:  # staged like the write: a failed attempt appends nothing
             from runtime.context.joined import whole
 

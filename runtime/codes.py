@@ -408,6 +408,20 @@ _CODES: list[Code] = [
         "expiry that is not a date, or an id used twice.",
         "Rules: see docs/access.md, Governed exceptions.",
     ),
+    # issue 29 (h29verify): verify_answer and the defenses against bad retrieval
+    Code(
+        "VERIFY_PATTERN_INVALID",
+        "graph",
+        "An `exempt` pattern of a verify_answer step is not a regular expression.",
+        "Fix the pattern (Python `re` syntax); the message quotes the compiler's error.",
+    ),
+    Code(
+        "VERIFY_VARIABLES_CLASH",
+        "graph",
+        "A verify_answer step names one variable for two things: the answer, what its "
+        "model was shown (`shown_from`) and the verdict (`result_to`) are three variables.",
+        "Give shown_from and result_to names of their own.",
+    ),
     # --- run time ---------------------------------------------------------------
     Code("INPUT_MISSING", "run", "A required pipeline input was not given."),
     Code("INPUT_UNKNOWN", "run", "An input was given that the pipeline does not declare."),

@@ -24,6 +24,7 @@ RETRIEVAL = [
     "check",
     "check_decision",
     "answer",
+    "verify",
     "finish",
 ]
 
@@ -84,6 +85,17 @@ def test_offline_answer_with_cited_evidence(runner, index, tmp_path):
     assert answer.startswith("No language model was used")
     assert "dbo.usp_PlaceOrder" in answer and "Sources: [eshop::main::" in answer
     assert 'ExecuteAsync("dbo.usp_PlaceOrder"' in answer  # who calls it, quoted
+    # The answer is verified: every citation names a block the answer step was shown.
+    verdict, shown = out["state"]["answer_verification"], out["state"]["answer_shown"]
+    assert verdict["ok"] is True, verdict
+    cited = {c["citation"] for c in verdict["citations"]}
+    assert "eshop::main::procedure::dbo.usp_PlaceOrder" in cited
+    assert cited <= {i["id"] for i in shown["items"]}
+    assert {i["id"] for i in shown["items"]} == {b.split("\n")[1][4:] for b in ids_blocks(out)}
+
+
+def ids_blocks(out):
+    return [b for b in out["state"]["context_blocks"] if b.startswith("--- NODE ---")]
 
 
 def test_record_then_replay_gives_the_same_run(runner, index, tmp_path):
@@ -138,6 +150,11 @@ def test_same_pipeline_against_an_openai_compatible_server(runner, index, tmp_pa
     assert out["steps"] == RETRIEVAL
     assert out["output"]["final_answer"].startswith("dbo.usp_PlaceOrder writes dbo.OrderLines")
     assert out["state"]["retrieval_query"] == "OrderLines usp_PlaceOrder"
+    # The reply's one sentence cites a node the answer step was shown: verified.
+    verdict = out["state"]["answer_verification"]
+    assert verdict["ok"] is True and verdict["citations"] == [
+        {"citation": "eshop::main::procedure::dbo.usp_PlaceOrder", "times": 1}
+    ]
     answer_request = chat_server.requests[2]["body"]["messages"]
     assert answer_request[0]["role"] == "system" and "<evidence>" in answer_request[-1]["content"]
 
@@ -168,7 +185,7 @@ def test_a_question_without_hits_is_answered_not_failed(runner, index, tmp_path,
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert (out["status"], out["error"]) == ("completed", None)
-    assert out["steps"] == [*RETRIEVAL[:-2], "repeat_check", "answer", "finish"]
+    assert out["steps"] == [*RETRIEVAL[:-3], "repeat_check", "answer", "verify", "finish"]
     state = out["state"]
     assert (state["retrieval_query"], state["retrieval_hits"]) == (query, [])
     assert (state["context_blocks"], state["node_texts"]) == ([], [])

@@ -107,7 +107,7 @@ def test_a_sufficiency_check_that_never_parses_answers_from_the_evidence_at_hand
     )
     [caught] = of(r, "CATCH", "check")
     assert caught["next"] == "answer"
-    assert r.steps[-2:] == ["answer", "finish"]
+    assert r.steps[-3:] == ["answer", "verify", "finish"]
     # The answer step still got the evidence retrieved before the check failed.
     prompt = of(r, "MODEL_CALL", "answer")[-1]["messages"][-1]["content"]
     assert "usp_PlaceOrder" in prompt

@@ -28,7 +28,7 @@ HEAD = ["history", "route", "route_decision"]
 ROUND = ["search", "expand", "fetch", "budget"]
 CHECK = ["check", "check_decision"]
 MORE = ["repeat_check", "retrieve_guard"]
-END = ["answer", "finish"]
+END = ["answer", "verify", "finish"]
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ import runtime
 ROOT = Path(__file__).resolve().parent.parent
 CASSETTES = ROOT / "tests" / "data" / "cassettes" / "real_model"
 MANIFEST = json.loads((CASSETTES / "manifest.json").read_text(encoding="utf-8"))
+ADDED_SINCE = {"verify"}
 
 
 def fallbacks(events: list[dict]) -> list[str]:
@@ -46,7 +47,9 @@ def test_a_recorded_real_model_run_replays_the_same_way(name, sample_index):
     result = runtime.Runner(pipeline, services=services).run(inputs)
     assert live["status"] == "completed"
     assert result.status == "completed", result.error
-    assert result.steps == live["step_ids"]
+    # Steps added to the pipeline since the recording, that call no model (issue 29's
+    # verify_answer): the recorded replies drive the same path around them.
+    assert [s for s in result.steps if s not in ADDED_SINCE] == live["step_ids"]
     assert fallbacks(result.events) == live["fallbacks"]
     calls = [e for e in result.events if e["type"] == "MODEL_CALL"]
     assert {c["usage_from"] for c in calls} == {"server"}

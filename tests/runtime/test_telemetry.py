@@ -39,6 +39,7 @@ CODE_QA_STEPS = [
     "check",
     "check_decision",
     "answer",
+    "verify",
     "finish",
 ]
 OTEL_VARS = (
