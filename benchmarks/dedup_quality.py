@@ -21,6 +21,7 @@ look-alikes (must not merge)
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -132,7 +133,7 @@ def pairs() -> list[tuple[str, Any, Any]]:
     for n in code:
         by_file.setdefault(n.path, []).append(n)
     for group in by_file.values():
-        for a, b in zip(group, group[1:], strict=False):
+        for a, b in itertools.pairwise(group):
             if a.name != b.name:
                 out.append(("sibling", _cand(a), _cand(b)))
     docs = [p for f in sorted(CORPUS.glob("**/README.md")) for p in _paragraphs(f.read_text())]
@@ -152,7 +153,7 @@ def pairs() -> list[tuple[str, Any, Any]]:
         by_prefix.setdefault(" ".join(s.split()[:2]), []).append(s)
     n = 0
     for group in by_prefix.values():
-        for a, b in zip(group, group[1:], strict=False):
+        for a, b in itertools.pairwise(group):
             if a != b and n < 150:
                 out.append(
                     (
