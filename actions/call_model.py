@@ -324,11 +324,13 @@ class CallModel(Action):
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             if value and not any(v.startswith(HEADER) for v in value):
                 return "\n".join(value)  # plain strings, not evidence
-            body = "\n\n".join(_one_block(v) for v in value)
+            body = "\n\n".join(_one_block(defend_block(v)) for v in value)
         elif isinstance(value, str):
             if HEADER not in value:
                 return value
-            body = value
+            from runtime.context.blocks import split_blocks
+
+            body = "".join(defend_block(b) for b in split_blocks(value))
         else:
             return json.dumps(value, ensure_ascii=False, indent=1)
         # Node text can neither close the delimiter nor pose as the prompt around it.
@@ -372,7 +374,7 @@ class CallModel(Action):
                 values[source] = (
                     self.handle(ctx, source, raw)
                     if part.get("handle")
-                    else self.render(as_evidence(raw))
+                    else self.render(_traced(ctx, as_evidence(raw)))
                 )
         for part in declared:
             value = values[part["source"]]
@@ -579,7 +581,7 @@ class CallModel(Action):
             overhead=MESSAGE_OVERHEAD,
             render=CallModel.render,
             note=EVIDENCE_NOTE,
-            escape=lambda block: _CLOSE.sub("<\\/evidence", _one_block(block)),
+            escape=lambda block: _CLOSE.sub("<\\/evidence", _one_block(defend_block(block))),
             thread=thread,
             preamble_tokens=preamble_tokens,
             record=record,
@@ -964,3 +966,37 @@ def _check_tools(tools: Any, settings: Mapping[str, Any]) -> Iterator[Problem]:
                 hint=problem.hint,
                 severity=problem.severity,
             )
+
+
+def defend_block(block: str) -> str:
+    """An evidence block with each line of its text that could pass for an instruction
+    quoted as data (runtime/context/injection.py); other strings as they are."""
+    from runtime.context.blocks import split_block
+    from runtime.context.injection import neutralise
+
+    header, text = split_block(block)
+    return header + neutralise(text)[0] if header else block
+
+
+def _traced(ctx: StepContext, value: Any) -> Any:
+    """value, after tracing RETRIEVED_INSTRUCTION_FLAGGED for each evidence block whose
+    text render() neutralises (what was found, where)."""
+    if not (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
+        return value
+    from runtime.context.blocks import block_id, split_block
+    from runtime.context.injection import scan
+
+    for block in value:
+        header, text = split_block(block)
+        findings = scan(text) if header else []
+        if findings:
+            ctx.trace(
+                "RETRIEVED_INSTRUCTION_FLAGGED",
+                node=block_id(block),
+                action="neutralised",
+                count=len(findings),
+                findings=[
+                    {"kind": f.kind, "line": f.line, "excerpt": f.excerpt} for f in findings[:50]
+                ],
+            )
+    return value
