@@ -137,7 +137,7 @@ def lock(
         except UsageError as exc:
             raise click.UsageError(str(exc)) from exc
         target = Path(out) if out else lk.lock_path(file, member)
-        exists = target.is_file()
+        exists = target.exists()  # a folder there is an unreadable lock, not a missing one
         if not exists and not explicit and not lk.is_locked(pipeline):
             continue  # found in a folder, never locked: nothing to check
         new = lk.build(pipeline, registry)
@@ -150,7 +150,7 @@ def lock(
                 diags.extend(lk.check(pipeline, registry, target))
                 failed = True
                 continue
-            target.write_text(text, encoding="utf-8")
+            _write(target, text)
             click.echo(
                 f"wrote {target} ({len(new['resolved'].get('steps') or [])} steps, "
                 f"{len(new['prompts'])} prompts)",
@@ -161,7 +161,7 @@ def lock(
             old = lk.read(target)
         except lk.LockError as exc:
             if mode == "update":
-                target.write_text(text, encoding="utf-8")
+                _write(target, text)
                 click.echo(f"rewrote {target} (it was unreadable: {exc})", err=fmt != "text")
                 continue
             diags.extend(lk.check(pipeline, registry, target))
@@ -184,7 +184,7 @@ def lock(
             continue
         if mode == "update":
             if drifted or target.read_text(encoding="utf-8") != text:
-                target.write_text(text, encoding="utf-8")
+                _write(target, text)
                 click.echo(f"updated {target} ({len(drifted)} changes)", err=fmt != "text")
             else:
                 click.echo(f"{target} is current", err=fmt != "text")
@@ -196,6 +196,16 @@ def lock(
             click.echo(f"{shown}: {target} is current")
     _emit(diags, fmt)
     sys.exit(1 if failed else 0)
+
+
+def _write(target: Path, text: str) -> None:
+    """Write a lock file, or a usage error naming it (a folder there, no such folder)."""
+    from runtime.errors import UsageError
+
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write the lock to {target}: {exc.strerror or exc}") from exc
 
 
 def _upgrade(
@@ -215,7 +225,7 @@ def _upgrade(
     if errors:  # the pipeline no longer does what the old lock froze: fix that first
         diags.extend(found)
         return True
-    target.write_text(text, encoding="utf-8")
+    _write(target, text)
     click.echo(f"upgraded {target} to lock_version {lk.LOCK_VERSION}; it held: {found[-1].message}")
     return False
 

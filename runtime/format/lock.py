@@ -197,8 +197,8 @@ class LockError(Exception):
 def read(path: Path) -> dict[str, Any]:
     """A lock file's content (either version), or LockError saying why not."""
     raw, problem = read_bounded(str(path), MAX_LOCK_BYTES)
-    if raw is None:
-        raise LockError(f"{path}: {problem}")
+    if raw is None:  # problem is (code, message); the message names the file
+        raise LockError(problem[1] if problem else f"{path} cannot be read")
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -263,7 +263,7 @@ def check(pipeline: Pipeline, registry: Registry, path: Path | None = None) -> l
     )
     line, column = (where.line, where.column) if where is not None else (1, 1)
     target = path or lock_path(file, _pack_name(pipeline))
-    if not target.is_file():
+    if not target.exists():  # a folder there is no missing lock: read says what it is
         return [
             _diag(
                 "LOCK_MISSING",

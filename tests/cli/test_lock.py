@@ -296,3 +296,22 @@ def test_a_folder_checks_only_pipelines_with_locks(project):
     (project / "prompts" / "answer.md").write_text("Changed.\n")
     code, out = run("lock", "--check", str(project))
     assert code == 1 and "LOCK_DRIFT" in out
+
+
+def test_a_lock_path_that_is_a_folder_or_unwritable_is_coded_not_a_traceback(project, tmp_path):
+    (project / "qa.lock.json").mkdir()  # e.g. a checkout that made a folder of that name
+    code, found = locked_check(project)
+    assert code == 1
+    [diag] = found  # it exists: not LOCK_MISSING ("does not exist" would mislead)
+    assert diag["code"] == "LOCK_INVALID"
+    assert diag["message"].endswith("qa.lock.json is a folder, not a regular file")
+    for mode in ((), ("--update",), ("--check",)):
+        result = CliRunner().invoke(cli, ["lock", *mode, str(project / "qa.yaml")])
+        assert result.exit_code in (1, 2) and not isinstance(result.exception, OSError), mode
+        assert "Traceback" not in result.output
+    result = CliRunner().invoke(cli, ["lock", "--update", str(project / "qa.yaml")])
+    assert "cannot write the lock to" in result.output and "Is a directory" in result.output
+    missing = tmp_path / "no" / "such" / "dir" / "qa.lock.json"
+    result = CliRunner().invoke(cli, ["lock", str(project / "qa.yaml"), "--out", str(missing)])
+    assert result.exit_code == 2 and not isinstance(result.exception, OSError)
+    assert f"cannot write the lock to {missing}" in result.output
