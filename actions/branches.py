@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
-from runtime.contract.action import Action, Problem, StepContext, VariableRead
+from runtime.contract.action import ENGINE_OWNED, Action, Problem, StepContext, VariableRead
 from runtime.errors import RunError
 
 KINDS = ("map", "parallel")
@@ -85,6 +85,9 @@ def _fields(kind: str) -> dict[str, dict[str, Any]]:
         "branches": {
             "type": "object",
             "minProperties": 1,
+            # the name keys the branch's run id (<run>.<step>.<name>): refused by validate,
+            # not first at run time
+            "propertyNames": {"pattern": "^[A-Za-z0-9_.-]+$"},
             "additionalProperties": _STEPS,
             "description": "Named branches, each a list of steps.",
         },
@@ -148,6 +151,11 @@ class _Branches(Action):
 
         if cls.kind == "map" and not isinstance(step.get("items_from"), str):
             yield Problem("SCHEMA_REQUIRED", "a map step needs items_from (a list variable)")
+        results_to = step.get("results_to")
+        if results_to in ENGINE_OWNED:  # else STATE_PROTECTED, after every branch ran
+            yield Problem(
+                "PROTECTED_FIELD", f"results_to {results_to!r} is engine-owned", ("results_to",)
+            )
         registry = active_registry()
         for name, steps in cls.branch_steps(step).items():
             if not isinstance(steps, list) or not steps:

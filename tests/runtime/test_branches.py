@@ -353,3 +353,46 @@ steps:
     (tmp_path / "prompts" / "nope.md").write_text("Answer.\n")
     found = {(d.code, d.line) for d in runtime.validate(str(tmp_path / "p.yaml")).diagnostics}
     assert ("PROMPT_NOT_FOUND", 13) not in found
+
+
+@pytest.mark.parametrize("name", ["run_id", "counters", "inbox", "last_error"])
+def test_results_to_an_engine_owned_name_is_refused_by_validate(tmp_path, name):
+    # It failed only at run time (STATE_PROTECTED), after the branches had all run.
+    data = map_pipeline([{"n": 0}], results_to=name)
+    data["steps"][2]["source"] = name
+    path = tmp_path / "p.json.yaml"
+    path.write_text(json.dumps(data))
+    report = runtime.validate(str(path), registry=registry())
+    [error] = [d for d in report.diagnostics if d.severity == "error"]
+    assert error.code == "PROTECTED_FIELD" and error.path == "$.steps[1].results_to"
+    assert repr(name) in error.message
+    data = map_pipeline([{"n": 0}], results_to="fine")
+    path.write_text(json.dumps(data))
+    report = runtime.validate(str(path), registry=registry())
+    assert not [d for d in report.diagnostics if d.severity == "error"]
+
+
+def test_a_branch_name_with_other_characters_is_refused_by_validate(tmp_path):
+    # docs/parallel.md: letters, digits, '_', '.' and '-'; it failed only at run time.
+    fin = [{"id": "f", "action": "finalize", "end": True}]
+    data = {
+        "name": "par",
+        "settings": {"entry_step_id": "p"},
+        "steps": [
+            {
+                "id": "p",
+                "type": "parallel",
+                "branches": {"ok-1.a_b": fin, "x y": fin, 'q"]; click': fin},
+                "results_to": "res",
+                "end": True,
+            }
+        ],
+    }
+    path = tmp_path / "p.json.yaml"
+    path.write_text(json.dumps(data))
+    report = runtime.validate(str(path), registry=registry())
+    errors = [d for d in report.diagnostics if d.severity == "error"]
+    assert [d.code for d in errors] == ["SCHEMA_PATTERN", "SCHEMA_PATTERN"], errors
+    assert sorted("x y" in d.message for d in errors) == [False, True]
+    assert sorted("click" in d.message for d in errors) == [False, True]
+    assert not any("ok-1.a_b" in d.message for d in errors)
