@@ -149,8 +149,7 @@ class _Branches(Action):
         from runtime.format.source import SourceMap
         from runtime.format.validation import check_pipeline
 
-        if cls.kind == "map" and not isinstance(step.get("items_from"), str):
-            yield Problem("SCHEMA_REQUIRED", "a map step needs items_from (a list variable)")
+        # a map without items_from: the schema requires it (SCHEMA_MISSING_FIELD)
         results_to = step.get("results_to")
         if results_to in ENGINE_OWNED:  # else STATE_PROTECTED, after every branch ran
             yield Problem(

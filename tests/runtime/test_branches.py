@@ -396,3 +396,15 @@ def test_a_branch_name_with_other_characters_is_refused_by_validate(tmp_path):
     assert sorted("x y" in d.message for d in errors) == [False, True]
     assert sorted("click" in d.message for d in errors) == [False, True]
     assert not any("ok-1.a_b" in d.message for d in errors)
+
+
+def test_a_map_without_items_from_is_a_coded_error_not_a_crash(tmp_path):
+    # Found by tests/adversarial/test_fuzz_validate.py: it named a code that does not
+    # exist, and validate stopped with VALIDATION_CRASHED.
+    data = map_pipeline([{"n": 0}])
+    del data["steps"][1]["items_from"]
+    path = tmp_path / "p.json.yaml"
+    path.write_text(json.dumps(data))
+    report = runtime.validate(str(path), registry=registry())
+    errors = [(d.code, d.path) for d in report.diagnostics if d.severity == "error"]
+    assert errors == [("SCHEMA_MISSING_FIELD", "$.steps[1]")], errors
