@@ -139,8 +139,11 @@ class Pipeline:
         """The file for a prompt key (`key`, `key.md` or `key.txt`), or None when absent."""
         base = self.prompts_dir
         for candidate in (base / key, base / f"{key}.md", base / f"{key}.txt"):
-            if candidate.is_file():
-                return candidate
+            try:
+                if candidate.is_file():
+                    return candidate
+            except OSError:  # a key no file can have (too long a name): not found
+                continue
         return None
 
     def step(self, step_id: str) -> Step:

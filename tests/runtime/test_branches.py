@@ -408,3 +408,22 @@ def test_a_map_without_items_from_is_a_coded_error_not_a_crash(tmp_path):
     report = runtime.validate(str(path), registry=registry())
     errors = [(d.code, d.path) for d in report.diagnostics if d.severity == "error"]
     assert errors == [("SCHEMA_MISSING_FIELD", "$.steps[1]")], errors
+
+
+def test_a_prompt_key_no_file_can_have_is_prompt_not_found(tmp_path):
+    """A 5,000-character key (the validator fuzzer found it: the OS refuses the name)."""
+    key = "a" * 5000
+    text = f"""\
+name: p
+settings: {{entry_step_id: ask}}
+steps:
+  - id: ask
+    action: call_model
+    prompt_key: {key}
+    next: done
+  - id: done
+    action: finalize
+"""
+    (tmp_path / "p.yaml").write_text(text)
+    codes = {d.code for d in runtime.validate(str(tmp_path / "p.yaml")).diagnostics}
+    assert "PROMPT_NOT_FOUND" in codes and "VALIDATION_CRASHED" not in codes
