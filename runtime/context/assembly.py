@@ -175,7 +175,7 @@ def _signature(c: Candidate) -> _Sig:
         raw = _LINE_COMMENT.sub("", _BLOCK_COMMENT.sub("", raw))
     lines = frozenset(
         line
-        for line in (_WS.sub(" ", x).strip() for x in _FENCE.sub("", raw).splitlines())
+        for line in (" ".join(x.split()) for x in _FENCE.sub("", raw).splitlines())
         if len(line) >= _QUOTE_MIN_LINE
     )
     norm = _WS.sub(" ", raw).strip()
@@ -191,7 +191,9 @@ class Deduplicator:
         self._ids: dict[str, Candidate] = {}
         self._commits: dict[str, Candidate] = {}
         self._paths: dict[tuple[str, str], list[Candidate]] = {}
-        self._hist: list[Any] = []
+        self._hist: list[Any] = []  # True: in the matrix; None: no numpy
+        self._matrix: Any = None
+        self._sizes: Any = None
         self._lines: dict[str, list[int]] = {}
 
     def find(self, c: Candidate) -> tuple[Candidate, str] | None:
@@ -217,12 +219,51 @@ class Deduplicator:
         for line in sig.lines:
             self._lines.setdefault(line, []).append(len(self.kept))
         self.kept.append((c, sig))
-        self._hist.append(_histogram(sig.text))
+        self._add_histogram(sig.text)
         self._ids[c.id] = c
         if c.commit:
             self._commits[c.commit] = c
         if c.path and c.start_line > 0:
             self._paths.setdefault((c.origin, c.path), []).append(c)
+
+    def _add_histogram(self, text: str) -> None:
+        """Keep text's histogram in one growing matrix (no restacking per comparison)."""
+        h = _histogram(text)
+        if h is None:
+            self._hist.append(None)
+            return
+        import numpy as np
+
+        n = len(self.kept) - 1
+        if self._matrix is None or n >= len(self._matrix):
+            grown = np.zeros((max(64, 2 * n + 1), 64), dtype=np.int32)
+            sizes = np.zeros(len(grown), dtype=np.int64)
+            if self._matrix is not None:
+                grown[:n] = self._matrix[:n]
+                sizes[:n] = self._sizes[:n]
+            self._matrix, self._sizes = grown, sizes
+        self._matrix[n] = h
+        self._sizes[n] = len(text)
+        self._hist.append(True)
+
+    def _plausible(self, text: str, cutoff: float) -> list[int]:
+        """Kept indices whose Indel ratio with text can reach cutoff.
+
+        The bound: the longest common subsequence has at most, per character bucket, the
+        smaller of the two counts, so ratio <= 2 * sum(min) / (len a + len b). Exact: no
+        pair that could reach the cutoff is skipped.
+        """
+        n = len(self.kept)
+        if not n:
+            return []
+        mine = _histogram(text)
+        if mine is None or self._matrix is None or None in self._hist:
+            return list(range(n))
+        import numpy as np
+
+        common = np.minimum(self._matrix[:n], mine).sum(axis=1)
+        bound = 2 * common / np.maximum(self._sizes[:n] + len(text), 1)
+        return [int(i) for i in np.nonzero(bound >= cutoff - 1e-9)[0]]
 
     def _similar(self, c: Candidate, sig: _Sig) -> tuple[Candidate, str] | None:
         from rapidfuzz.distance import Indel
@@ -230,7 +271,7 @@ class Deduplicator:
         if not sig.text:
             return None
         cutoff = self.threshold
-        for j in _plausible(self._hist, sig.text, [len(s.text) for _, s in self.kept], cutoff):
+        for j in self._plausible(sig.text, cutoff):
             k, ks = self.kept[j]
             if c.kind == "code" and k.kind == "code" and c.name and k.name and c.name != k.name:
                 continue  # two symbols of different names are two facts, however alike
@@ -265,26 +306,6 @@ def _histogram(text: str) -> Any:
         return None
     codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32) & 63
     return np.bincount(codes, minlength=64).astype(np.int32)
-
-
-def _plausible(hists: list[Any], text: str, lengths: list[int], cutoff: float) -> list[int]:
-    """Kept indices whose Indel ratio with text can reach cutoff.
-
-    The bound: the longest common subsequence has at most, per character bucket, the
-    smaller of the two counts, so ratio <= 2 * sum(min) / (len a + len b). Exact: no pair
-    that could reach the cutoff is skipped.
-    """
-    if not hists:
-        return []
-    mine = _histogram(text)
-    if mine is None or any(h is None for h in hists):
-        return list(range(len(hists)))
-    import numpy as np
-
-    common = np.minimum(np.stack(hists), mine).sum(axis=1)
-    total = np.asarray(lengths) + len(text)
-    bound = 2 * common / np.maximum(total, 1)
-    return [int(i) for i in np.nonzero(bound >= cutoff - 1e-9)[0]]
 
 
 def dedupe(
