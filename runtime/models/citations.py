@@ -370,10 +370,11 @@ def _sentences(lines: list[tuple[int, str]]) -> Iterable[tuple[int, str]]:
     out: list[tuple[int, str]] = []
     for n, line in lines:
         for piece in _split(line):
-            bare = piece
-            for _, _, c in citations_in(piece):
+            cited = citations_in(piece)
+            bare = _without(piece, cited) if cited else piece
+            for _, _, c in cited[:20]:  # bare citations (a pointer, a path:line) too
                 bare = bare.replace(c, "")
-            if out and not bare.strip(" []`.,;:()") and citations_in(piece):
+            if out and cited and not bare.strip(" []`.,;:()"):
                 out[-1] = (out[-1][0], out[-1][1] + " " + piece)
             elif out and not out[-1][1].rstrip().endswith((".", "!", "?", ":")):
                 out[-1] = (out[-1][0], out[-1][1] + " " + piece)  # a sentence wrapped
@@ -444,10 +445,21 @@ def verify(answer: str, shown: Mapping[str, Any], exempt: Sequence[str] = ()) ->
 
 
 def _without(sentence: str, found: list[tuple[int, str, str]]) -> str:
-    """The sentence with its citations taken out (an id is no identifier of a claim)."""
-    for _, _, citation in found:
-        sentence = sentence.replace(citation, " ")
-    return re.sub(r"\[\s*[,;\s]*\]", " ", sentence)
+    """The sentence with its bracketed and back-quoted citations taken out (an id is no
+    identifier of a claim); one pass over the sentence."""
+    if not found:
+        return sentence
+
+    def drop(m: re.Match[str]) -> str:
+        inner = m.group(1).strip()
+        if m.group(0).startswith("`"):
+            return " " if _classify(inner) is not None else m.group(0)
+        if m.group(2):
+            return m.group(0)
+        pieces = [p.strip() for p in _PIECE_SPLIT.split(inner)]
+        return " " if any(_classify(p) is not None for p in pieces) else m.group(0)
+
+    return _BACKTICK.sub(drop, _BRACKET.sub(drop, sentence))
 
 
 def _unknown(
