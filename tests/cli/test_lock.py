@@ -315,3 +315,34 @@ def test_a_lock_path_that_is_a_folder_or_unwritable_is_coded_not_a_traceback(pro
     result = CliRunner().invoke(cli, ["lock", str(project / "qa.yaml"), "--out", str(missing)])
     assert result.exit_code == 2 and not isinstance(result.exception, OSError)
     assert f"cannot write the lock to {missing}" in result.output
+
+
+def test_a_prompt_used_only_inside_a_map_branch_is_locked(project):
+    # The lock froze the top-level steps' prompts only: an edit of a branch's prompt
+    # passed `lock --check` as current.
+    (project / "prompts" / "inner.md").write_text("Say what the item is.\nBriefly.\n")
+    data = yaml.safe_load(PARENT)
+    data.update(name="fan", settings={**data["settings"], "entry_step_id": "each"})
+    data.pop("abstract")
+    inner = dict(data["steps"][0], id="ask", prompt_key="inner", next="fin")
+    inner["user_parts"] = {"question": {"source": "item"}}
+    data["inputs"] = {"items": {"type": "array"}}
+    data["steps"] = [
+        {
+            "id": "each",
+            "type": "map",
+            "items_from": "items",
+            "with": {},
+            "results_to": "res",
+            "steps": [inner, {"id": "fin", "action": "finalize", "end": True}],
+            "next": "done",
+        },
+        {"id": "done", "action": "finalize", "source": "res", "end": True},
+    ]
+    (project / "fan.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    assert run("lock", str(project / "fan.yaml"))[0] == 0
+    lock = json.loads((project / "fan.lock.json").read_text())
+    assert list(lock["prompts"]) == ["inner"]
+    (project / "prompts" / "inner.md").write_text("Say what the item is.\nAt length.\n")
+    code, out = run("lock", "--check", str(project / "fan.yaml"))
+    assert code == 1 and "prompt 'inner' changed at line 2" in out
