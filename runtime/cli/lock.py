@@ -168,12 +168,16 @@ def lock(
             failed = True
             continue
         if old.get("lock_version") == lk.LEGACY_VERSION:
+            if mode == "update":  # a reviewed change: the new format replaces the old lock
+                _write(target, text)
+                click.echo(
+                    f"replaced {target} (the older engine's lock_version 1) with lock_version "
+                    f"{lk.LOCK_VERSION}",
+                    err=fmt != "text",
+                )
+                continue
             found = list(lk.legacy_check(pipeline, registry, old, target))
             diags.extend(found)
-            if mode == "update":
-                raise click.UsageError(
-                    f"{target} is the older engine's lock: write the new format with --upgrade"
-                )
             failed |= any(d.severity == "error" for d in found)
             continue
         drifted = lk.drift(old, new, pipeline, target)

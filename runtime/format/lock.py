@@ -85,7 +85,9 @@ def runtime_version() -> str:
 
 def build(pipeline: Pipeline, registry: Registry) -> dict[str, Any]:
     """The lock of a validated pipeline."""
-    resolved = pipeline.raw
+    # compat_mode says whether the lock is enforced, not what the pipeline does: turning
+    # it on after locking is no drift.
+    resolved = _without_compat_mode(pipeline.raw)
     return {
         "lock_version": LOCK_VERSION,
         "pipeline": pipeline.name,
@@ -97,6 +99,13 @@ def build(pipeline: Pipeline, registry: Registry) -> dict[str, Any]:
         "models": _models(pipeline),
         "policies": {k: pipeline.settings[k] for k in POLICY_SETTINGS if k in pipeline.settings},
     }
+
+
+def _without_compat_mode(raw: Mapping[str, Any]) -> dict[str, Any]:
+    settings = raw.get("settings")
+    if isinstance(settings, Mapping) and "compat_mode" in settings:
+        return {**raw, "settings": {k: v for k, v in settings.items() if k != "compat_mode"}}
+    return dict(raw)
 
 
 def _actions(pipeline: Pipeline, registry: Registry) -> dict[str, Any]:

@@ -346,3 +346,29 @@ def test_a_prompt_used_only_inside_a_map_branch_is_locked(project):
     (project / "prompts" / "inner.md").write_text("Say what the item is.\nAt length.\n")
     code, out = run("lock", "--check", str(project / "fan.yaml"))
     assert code == 1 and "prompt 'inner' changed at line 2" in out
+
+
+def test_turning_compat_mode_on_after_locking_is_no_drift(project):
+    assert run("lock", str(project / "qa.yaml"))[0] == 0
+    (project / "qa.yaml").write_text(
+        CHILD.replace("settings:\n", "settings:\n  compat_mode: locked\n")
+    )
+    code, out = run("validate", str(project / "qa.yaml"), "--format", "json")
+    assert code == 0 and not [
+        d for d in json.loads(out)["diagnostics"] if d["code"].startswith("LOCK")
+    ]
+
+
+def test_update_replaces_a_drifting_older_engine_lock(tmp_path):
+    shutil.copytree(LEGACY.parent, tmp_path / "legacy")
+    pipelines = tmp_path / "legacy" / "pipelines"
+    text = (pipelines / "chuck.yaml").read_text()
+    marker = 'prompt_key: "chuck/direct_answer_v1"'
+    (pipelines / "chuck.yaml").write_text(
+        text.replace(marker, marker + "\n      temperature: 0.5", 1)
+    )
+    assert run("validate", str(pipelines / "chuck.yaml"))[0] == 1  # the old lock forbids the key
+    code, out = run("lock", "--update", str(pipelines / "chuck.yaml"))
+    assert code == 0 and "replaced" in out
+    assert json.loads((pipelines / "chuck.lock.json").read_text())["lock_version"] == 2
+    assert run("validate", str(pipelines / "chuck.yaml"))[0] == 0
