@@ -53,3 +53,10 @@ def test_compare_snapshots_answers_from_both_snapshots(tmp_path, monkeypatch):
         f"{result['run_id']}.per_snapshot.{i}" for i in (0, 1)
     ]
     assert all(0 <= b["started_ms"] <= b["ended_ms"] for b in branches)
+
+
+def test_the_graph_in_the_docs_is_what_runtime_graph_draws():
+    page = (ROOT / "docs" / "parallel.md").read_text()
+    drawn = page.split("```mermaid\n")[1].split("```")[0]
+    code, out = run("graph", str(ROOT / "pipelines" / "compare_snapshots.yaml"))
+    assert code == 0 and out.strip() == drawn.strip()

@@ -87,6 +87,14 @@ def branches_of(pipeline: Pipeline) -> list[tuple[str, str, Pipeline]]:
     return out
 
 
+def _branch_title(pipeline: Pipeline, sid: str, name: str) -> str:
+    """`map per_snapshot: each snapshot` (the item's name), `parallel both: code`."""
+    step = pipeline.step(sid)
+    if step.action == "map":
+        return f"map {sid}: each {step.config.get('as') or 'item'}"
+    return f"parallel {sid}: {name}"
+
+
 def to_mermaid(pipeline: Pipeline, registry: Registry, prefix: str = "s") -> str:
     """A Mermaid flowchart: entry marked, ends as stadium shapes, branches labelled; the
     branches of map and parallel steps as subgraphs."""
@@ -105,7 +113,7 @@ def to_mermaid(pipeline: Pipeline, registry: Registry, prefix: str = "s") -> str
         lines.append(f"  __start__ --> {ids[pipeline.entry_step_id]}")
     for n, (sid, name, sub) in enumerate(branches_of(pipeline)):
         inner = f"{ids[sid]}b{n}_"
-        title = mermaid_text(f"{pipeline.step(sid).action} {sid}: {name}")
+        title = mermaid_text(_branch_title(pipeline, sid, name))
         lines.append(f'  subgraph {inner}g["{title}"]')
         lines.extend("  " + line for line in to_mermaid(sub, registry, inner).splitlines())
         lines.append("  end")
@@ -156,7 +164,7 @@ def to_dot(pipeline: Pipeline, registry: Registry) -> str:
     for n, (sid, name, sub) in enumerate(branches_of(pipeline)):
         inner = f"{sid}/{name}"
         lines.append(f"  subgraph {dot_string('cluster_' + str(n))} {{")
-        lines.append(f"    label={dot_string(f'{pipeline.step(sid).action} {sid}: {name}')};")
+        lines.append(f"    label={dot_string(_branch_title(pipeline, sid, name))};")
         for step in sub.steps:
             label = dot_string(f"{step.id}\n({step.action})")
             lines.append(f"    {dot_string(inner + '/' + step.id)} [shape=box, label={label}];")

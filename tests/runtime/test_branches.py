@@ -312,7 +312,7 @@ def test_graph_draws_branches_as_subgraphs(tmp_path):
 
     (tmp_path / "p.yaml").write_text(PIPELINE)
     mermaid = CliRunner().invoke(runtime_cli, ["graph", str(tmp_path / "p.yaml")]).output
-    assert 'subgraph s1b0_g["map each: item"]' in mermaid
+    assert 'subgraph s1b0_g["map each: each name"]' in mermaid  # the item's name (`as`)
     assert '    s1b0_0["one<br/><i>set_variables</i>"]' in mermaid
     assert "    s1b0_0 --> s1b0_1" in mermaid and "s1 -.->|each| s1b0_0" in mermaid
     dot = CliRunner().invoke(runtime_cli, ["graph", str(tmp_path / "p.yaml"), "--format", "dot"])
