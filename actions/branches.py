@@ -26,8 +26,8 @@ from typing import Any, ClassVar
 
 from runtime.contract.action import ENGINE_OWNED, Action, Problem, StepContext, VariableRead
 from runtime.errors import RunError
+from runtime.format.branches import as_action, branch_steps
 
-KINDS = ("map", "parallel")
 _KEY = re.compile(r"[^A-Za-z0-9_.-]")
 MAX_CONCURRENCY = 64
 
@@ -115,8 +115,8 @@ class _Branches(Action):
 
     @classmethod
     def branch_steps(cls, step: Mapping[str, Any]) -> dict[str, Any]:
-        """name -> its steps (map: one, named after the step)."""
-        raise NotImplementedError
+        """name -> its steps (map: one branch, `item`)."""
+        return branch_steps({**step, "type": cls.kind})
 
     @classmethod
     def sub_pipeline(
@@ -135,7 +135,7 @@ class _Branches(Action):
             "name": name,
             "settings": settings,
             "inputs": inputs,
-            "steps": [_normalised(s) for s in steps],
+            "steps": [as_action(s) for s in steps],
         }
         if step.get("output"):
             data["outputs"] = list(step["output"])
@@ -275,10 +275,6 @@ class MapStep(_Branches):
     fields: ClassVar[dict[str, dict[str, Any]]] = _fields("map")
     required = ("steps", "items_from")
 
-    @classmethod
-    def branch_steps(cls, step: Mapping[str, Any]) -> dict[str, Any]:
-        return {"item": step.get("steps")}
-
     def jobs(
         self, ctx: StepContext, passed: dict[str, Any]
     ) -> list[tuple[str, str, dict[str, Any]]]:
@@ -324,11 +320,6 @@ class ParallelStep(_Branches):
     summary = "Run named branches concurrently on isolated state."
     fields: ClassVar[dict[str, dict[str, Any]]] = _fields("parallel")
     required = ("branches",)
-
-    @classmethod
-    def branch_steps(cls, step: Mapping[str, Any]) -> dict[str, Any]:
-        branches = step.get("branches")
-        return dict(branches) if isinstance(branches, Mapping) else {}
 
     def jobs(
         self, ctx: StepContext, passed: dict[str, Any]
@@ -387,13 +378,6 @@ def _result(result: Any, step: Mapping[str, Any]) -> Any:
     if not names and len(output) == 1:
         return next(iter(output.values()))
     return output
-
-
-def _normalised(step: Any) -> Any:
-    """A step as the engine reads it: `type: map|parallel` is the action of that name."""
-    if isinstance(step, Mapping) and step.get("type") in KINDS and "action" not in step:
-        return {**step, "action": step["type"]}
-    return step
 
 
 def _path(json_path: str) -> tuple[Any, ...]:

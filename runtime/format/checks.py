@@ -603,34 +603,16 @@ def check_actions(
             yield Finding(p.code, p.message, ("steps", i, *p.path), p.hint, p.severity, p.key)
 
 
-def _with_branch_steps(steps: Sequence[Step]) -> Iterator[Step]:
-    """The steps, and the steps of map and parallel steps' branches (they read the settings)."""
-    pending = list(steps)
-    while pending:
-        step = pending.pop(0)
-        if not isinstance(step, Mapping):
-            continue
-        kind = step.get("type") or step.get("action")
-        if kind == "map" and isinstance(step.get("steps"), list):
-            pending.extend(step["steps"])
-        elif kind == "parallel" and isinstance(step.get("branches"), Mapping):
-            for branch in step["branches"].values():
-                if isinstance(branch, list):
-                    pending.extend(branch)
-        if "action" not in step and kind in ("map", "parallel"):
-            step = {**step, "action": kind}
-        yield step
-
-
 def check_unused_settings(
     steps: Sequence[Step], settings: Mapping[str, Any], registry: Registry
 ) -> Iterator[Finding]:
     """Settings nothing reads: no known setting, no `*_from_settings` target, no action's."""
+    from runtime.format.branches import with_branch_steps
     from runtime.format.compat import OLDER_SETTINGS
     from runtime.format.schema import SETTINGS_SCHEMA
 
     read = set(SETTINGS_SCHEMA["properties"])
-    for step in _with_branch_steps(steps):
+    for step in with_branch_steps(steps):  # a branch's steps read the settings too
         action = registry.get(str(step.get("action")))
         if action is not None:
             read.update(action.reads_settings)

@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 
 from runtime.contract.registry import Registry
+from runtime.format.branches import as_action, branch_steps
 from runtime.format.checks import Graph
 from runtime.format.pipeline import Pipeline
 
@@ -53,32 +54,14 @@ def _node_label(pipeline: Pipeline, sid: str) -> str:
     return f"{mermaid_text(sid)}<br/><i>{mermaid_text(step.action)}</i>"
 
 
-# Steps whose branches run their own steps (actions/branches.py): drawn as subgraphs.
-BRANCH_TYPES = ("map", "parallel")
-
-
 def branches_of(pipeline: Pipeline) -> list[tuple[str, str, Pipeline]]:
     """(step id, branch name, the branch as a pipeline) for each map and parallel step."""
     out = []
     for step in pipeline.steps:
-        if step.action not in BRANCH_TYPES:
-            continue
-        config = step.config
-        named = (
-            {"item": config.get("steps")}
-            if step.action == "map"
-            else dict(config.get("branches") or {})
-        )
-        for name, steps in named.items():
+        for name, steps in branch_steps(step.config).items():
             if not isinstance(steps, list) or not steps:
                 continue
-            plain = [
-                {**s, "action": s["type"]}
-                if isinstance(s, Mapping) and s.get("type") in BRANCH_TYPES and "action" not in s
-                else s
-                for s in steps
-                if isinstance(s, Mapping)
-            ]
+            plain = [as_action(s) for s in steps if isinstance(s, Mapping)]
             first = plain[0].get("id") if plain else None
             sub = Pipeline.from_dict(
                 {"name": f"{step.id}/{name}", "settings": {"entry_step_id": first}, "steps": plain}

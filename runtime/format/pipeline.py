@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.format.access import mapping
+from runtime.format.branches import with_branch_steps
 from runtime.format.compat import prompts_folder
 from runtime.format.files import read_bounded
 from runtime.format.transitions import target_of
@@ -99,7 +100,8 @@ class Pipeline:
     def prompt_files(self) -> dict[str, str | None]:
         """Each prompt key the steps name -> the SHA-256 of its file, or None when it is absent."""
         out: dict[str, str | None] = {}
-        for config in _with_branch_configs([step.config for step in self.steps]):
+        # A branch's prompt is as much the pipeline's as a top-level one: locks and resume see it.
+        for config in with_branch_steps(step.config for step in self.steps):
             for field_name in PROMPT_FIELDS:
                 key = config.get(field_name)
                 if not isinstance(key, str) or key in out:
@@ -212,22 +214,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
-
-
-def _with_branch_configs(configs: list[Any]) -> list[Mapping[str, Any]]:
-    """The steps' configs and those of their map and parallel branches, nested ones too (a
-    branch's prompt is as much the pipeline's as a top-level one: locks and resume see it)."""
-    out: list[Mapping[str, Any]] = []
-    pending = list(configs)
-    while pending:
-        config = pending.pop(0)
-        if not isinstance(config, Mapping):
-            continue
-        out.append(config)
-        if isinstance(config.get("steps"), list):
-            pending.extend(config["steps"])
-        if isinstance(config.get("branches"), Mapping):
-            for branch in config["branches"].values():
-                if isinstance(branch, list):
-                    pending.extend(branch)
-    return out

@@ -19,6 +19,7 @@ from runtime.contract.registry import Registry, checking_with, default_registry
 from runtime.errors import PipelineInvalidError, UsageError
 from runtime.format import checks
 from runtime.format.access import items, mapping
+from runtime.format.branches import BRANCH_TYPES
 from runtime.format.compat import NOT_YET_SUPPORTED, not_yet_supported_message
 from runtime.format.diagnostics import Diagnostic, sort_diagnostics
 from runtime.format.extends import FileCache, resolve
@@ -735,15 +736,13 @@ def _validate_doc(
 
 # `type: map` / `type: parallel` steps name no action: they are the action of that name
 # (actions/branches.py), located at their `type`.
-BRANCH_TYPES = ("map", "parallel")
-
-
 def _branch_steps(merged: Any) -> None:
     steps = merged.get("steps") if isinstance(merged, LMap) else None
     if not isinstance(steps, list):
         return
     for step in steps:
         if isinstance(step, LMap) and step.get("type") in BRANCH_TYPES and "action" not in step:
+            # (in place, with positions: the LMap is what the schema pass reads)
             step.put("action", step["type"], step.key_locs.get("type"), step.val_locs.get("type"))
 
 
