@@ -474,3 +474,19 @@ def test_dot_escapes_quotes_and_backslashes(runner, tmp_path):
     for line in lines:
         for quoted in re.findall(r'"((?:[^"\\]|\\.)*)"', line):
             assert re.fullmatch(r'(?:[^"\\]|\\["\\n])*', quoted), line
+
+
+def test_ci_run_runs_the_readme_test_command_exactly() -> None:
+    """CI runs what the README tells a new user to run: the Quickstart's second shell block."""
+    readme = (ROOT / "README.md").read_text()
+    quick = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", quick, flags=re.S)
+    assert len(blocks) >= 2
+    test_command = blocks[1].strip()
+    assert "bash .ci/system-deps.sh" in test_command  # Chromium and Postgres for their tests
+    run_lines = [
+        ln
+        for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+        if ln and not ln.startswith(("#", "set ", "cd "))
+    ]
+    assert run_lines == [test_command]
