@@ -192,56 +192,13 @@ class _Branches(Action):
             data = self.sub_pipeline(step, steps, settings, f"{ctx.pipeline.name}/{ctx.step_id}")
             pipeline = Pipeline.from_dict(data, file=ctx.pipeline.file)
             engines[name] = Engine(pipeline, registry=registry, services=ctx.services, store=store)
-        cancel = threading.Event()
         fail_fast = step.get("on_failure", "fail") == "fail"
-        timings: dict[str, tuple[float, float]] = {}
-        zero = time.monotonic()
-
-        # A branch answers the same subject as its parent (never another: access policy).
-        subject = ctx.inputs.get("subject")
-
-        def one(job: tuple[str, str, dict[str, Any]]) -> Any:
-            key, branch, inputs = job
-            run_id = f"{ctx.run_id}.{ctx.step_id}.{key}"
-            started = time.monotonic() - zero
-            try:
-                result = _run_branch(engines[branch], run_id, inputs, store, cancel, subject)
-            finally:
-                timings[key] = (started, time.monotonic() - zero)
-            if result.error is not None and fail_fast:
-                cancel.set()
-            return result
-
-        width = min(int(step.get("max_concurrency", 4)), max(len(jobs), 1))
-        with ThreadPoolExecutor(max_workers=width, thread_name_prefix="branch") as pool:
-            results = list(pool.map(one, jobs))
-        out: list[Any] = []
-        first_error: tuple[str, Any] | None = None
-        for (key, _branch, _inputs), result in zip(jobs, results, strict=True):
-            start, end = timings.get(key, (0.0, 0.0))
-            ctx.trace(
-                "BRANCH",
-                branch=key,
-                run_id=result.run_id,
-                status=result.status,
-                started_ms=round(start * 1000, 3),
-                ended_ms=round(end * 1000, 3),
-                error=result.error.code if result.error else None,
-            )
-            if result.error is not None:
-                cancelled = result.error.code == "RUN_CANCELLED"
-                if first_error is None and not cancelled:
-                    first_error = (key, result.error)
-                out.append({"error": result.error.to_dict()})
-            else:
-                out.append(_result(result, step))
-        if first_error is not None and fail_fast:
-            key, error = first_error
-            raise RunError(
-                f"branch {key!r} failed: {error.code}: {error.message}",
-                code=error.code,
-                step_id=ctx.step_id,
-            )
+        width = int(step.get("max_concurrency", 4))
+        results = run_branches(ctx, engines, jobs, width=width, fail_fast=fail_fast)
+        out = [
+            {"error": r.error.to_dict()} if r.error is not None else _result(r, step)
+            for r in results
+        ]
         target = step.get("results_to")
         if target:
             if step.get("flatten"):
@@ -334,6 +291,70 @@ class ParallelStep(_Branches):
                     step_id=ctx.step_id,
                 )
         return [(name, name, dict(passed)) for name in names]
+
+
+def run_branches(
+    ctx: StepContext,
+    engines: Mapping[str, Any],
+    jobs: list[tuple[str, str, dict[str, Any]]],
+    *,
+    width: int,
+    fail_fast: bool,
+) -> list[Any]:
+    """Run each job (key, engine name, inputs) as the branch run `<run>.<step>.<key>`, up to
+    `width` at once; one BRANCH event each, in job order. The RunResults, in job order; with
+    fail_fast, the first failure cancels the others and is raised (RunError)."""
+    store = getattr(ctx.services, "run_store", None)
+    # A step visited again (in a loop) runs new branches: visit n > 1 keys its branch runs
+    # `<run>.<step>@n.<key>`. The count is engine state, so a retry or a resume of the same
+    # visit finds the same branch runs.
+    visit = ctx.increment(f"branch_visits:{ctx.step_id}")
+    prefix = f"{ctx.run_id}.{ctx.step_id}" + (f"@{visit}" if visit > 1 else "")
+    cancel = threading.Event()
+    timings: dict[str, tuple[float, float]] = {}
+    zero = time.monotonic()
+    # A branch answers the same subject as its parent (never another: access policy).
+    subject = ctx.inputs.get("subject")
+
+    def one(job: tuple[str, str, dict[str, Any]]) -> Any:
+        key, branch, inputs = job
+        run_id = f"{prefix}.{key}"
+        started = time.monotonic() - zero
+        try:
+            result = _run_branch(engines[branch], run_id, inputs, store, cancel, subject)
+        finally:
+            timings[key] = (started, time.monotonic() - zero)
+        if result.error is not None and fail_fast:
+            cancel.set()
+        return result
+
+    with ThreadPoolExecutor(
+        max_workers=min(width, max(len(jobs), 1)), thread_name_prefix="branch"
+    ) as pool:
+        results = list(pool.map(one, jobs))
+    first_error: tuple[str, Any] | None = None
+    for (key, _branch, _inputs), result in zip(jobs, results, strict=True):
+        start, end = timings.get(key, (0.0, 0.0))
+        ctx.trace(
+            "BRANCH",
+            branch=key,
+            run_id=result.run_id,
+            status=result.status,
+            started_ms=round(start * 1000, 3),
+            ended_ms=round(end * 1000, 3),
+            error=result.error.code if result.error else None,
+        )
+        failed = result.error is not None and result.error.code != "RUN_CANCELLED"
+        if failed and first_error is None:
+            first_error = (key, result.error)
+    if first_error is not None and fail_fast:
+        key, error = first_error
+        raise RunError(
+            f"branch {key!r} failed: {error.code}: {error.message}",
+            code=error.code,
+            step_id=ctx.step_id,
+        )
+    return results
 
 
 def _run_branch(

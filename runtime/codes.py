@@ -324,13 +324,21 @@ _CODES: list[Code] = [
     ),
     Code("INPUT_SPEC_INVALID", "graph", "An `inputs` declaration is malformed."),
     Code(
+        "SNAPSHOT_TRIO_INVALID",
+        "graph",
+        "An older-engine snapshot comparison is malformed: a fork_action's search_action "
+        "names no step, reaches no merge_action (or more than one), or leads back to the "
+        "fork; or a merge_action is reached from no fork.",
+        "The steps from search_action up to one merge_action are what each snapshot runs "
+        "(docs/migrating.md).",
+    ),
+    Code(
         "ACTION_NOT_YET_SUPPORTED",
         "graph",
-        "A step names an action of the older engine that step-runtime does not run yet (the "
-        "snapshot trio parallel_roads_action, fork_action, merge_action). A warning when "
-        "validating; a run of the pipeline is refused before its first step.",
-        "Parallel branches are a planned feature; until then compare snapshots with two runs. "
-        "See docs/migrating.md.",
+        "Retired: the older engine's snapshot trio (parallel_roads_action, fork_action, "
+        "merge_action) was refused before parallel branches existed; it now runs "
+        "(docs/migrating.md).",
+        removed=True,
     ),
     Code(
         "SETTING_UNUSED",

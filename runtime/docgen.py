@@ -43,7 +43,7 @@ def errors_md() -> str:
         out += [f"## {title}", "", "| code | meaning | hint |", "|---|---|---|"]
         for c in codes.CODES.values():
             if c.category == cat:
-                name = f"~~{c.name}~~ (removed)" if c.removed else f"`{c.name}`"
+                name = f"~~`{c.name}`~~ (removed)" if c.removed else f"`{c.name}`"
                 out.append(f"| {name} | {c.summary} | {c.hint} |".replace("\n", " "))
         out.append("")
     return "\n".join(out)

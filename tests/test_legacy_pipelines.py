@@ -60,9 +60,9 @@ VALID = {
         "VARIABLE_NEVER_WRITTEN": 5,
     },
     "pipelines/shannon.yaml": {
-        "ACTION_NOT_YET_SUPPORTED": 3,
         "COMMAND_UNSUPPORTED": 1,
         "SETTING_UNUSED": 4,
+        "VARIABLE_NEVER_WRITTEN": 1,  # composed_context_for_prompt (its snapshot trio runs)
     },
     "tests/e2e/data/pipelines/e2e_smoke.yaml": {"SETTING_UNUSED": 1},
     "tests/e2e/data/pipelines/pipeline_pack.yaml": {"SETTING_UNUSED": 22},
@@ -153,32 +153,6 @@ def test_a_scenario_index_is_one_not_a_pipeline_error(runner):
         "settings (their fields: name, pipeline_file, pipeline_name, scenario_file); this "
         "looks like an index of other files, such as the older engine's scenario runner list"
     )
-
-
-def test_the_snapshot_trio_gets_one_diagnostic_each_and_cannot_run(runner, tmp_path):
-    path = LEGACY / "pipelines" / "shannon.yaml"
-    _, report = validate(runner, path)
-    trio = [(d["line"], d["message"]) for d in report["diagnostics"] if "fork" in d["message"]]
-    assert [
-        (d["severity"], d["line"])
-        for d in report["diagnostics"]
-        if d["code"] == ("ACTION_NOT_YET_SUPPORTED")
-    ] == [("warning", 40), ("warning", 44), ("warning", 65)]
-    assert trio[0] == (
-        40,
-        "action 'parallel_roads_action' of the older engine (opens a snapshot comparison for "
-        "fork_action and merge_action) is not supported yet: parallel branches are a planned "
-        "feature, so a run of this pipeline is refused",
-    )
-    # A run is refused before its first step: the same three, as errors, and no run.
-    store = tmp_path / "r.db"
-    result = runner.invoke(
-        cli, ["exec", str(path), "--input", "user_query=x", "--store", str(store)]
-    )
-    assert result.exit_code != 0
-    refused = [ln for ln in result.output.splitlines() if "ACTION_NOT_YET_SUPPORTED" in ln]
-    assert [ln.split(": error ")[0].rsplit(":", 2)[1] for ln in refused] == ["40", "44", "65"]
-    assert not store.exists()
 
 
 def test_prompts_are_found_the_older_engines_way_from_its_root(runner, monkeypatch):

@@ -40,7 +40,6 @@ from runtime.errors import (
 )
 from runtime.format import changes
 from runtime.format.access import mapping
-from runtime.format.compat import NOT_YET_SUPPORTED, not_yet_supported_message
 from runtime.format.pipeline import Pipeline, Step
 from runtime.format.transitions import arrivals, short_config
 from runtime.governance.subject import parse_subject, subject_of
@@ -207,12 +206,6 @@ class Engine:
         self._actions: dict[str, Action] = {}
         for step in pipeline.steps:
             cls = self.registry.get(step.action)
-            if cls is None and step.action in NOT_YET_SUPPORTED:
-                raise RunError(
-                    not_yet_supported_message(step.action),
-                    code="ACTION_NOT_YET_SUPPORTED",
-                    step_id=step.id,
-                )
             if cls is None:
                 raise RunError(
                     f"action {step.action!r} is not registered",

@@ -603,6 +603,42 @@ def check_actions(
             yield Finding(p.code, p.message, ("steps", i, *p.path), p.hint, p.severity, p.key)
 
 
+def check_snapshot_trio(graph: Graph) -> Iterator[Finding]:
+    """The older engine's fork_action: its `search_action` leads to one merge_action and not
+    back to the fork (runtime/format/compat.py); a merge_action no fork leads to."""
+    from runtime.format.compat import snapshot_segment
+
+    names = {sid: str(graph.steps[graph.pos[sid]].get("action")) for sid in graph.ids}
+    merged: set[str] = set()
+    broken = False  # a malformed fork leaves its merge unaccounted: no second error for it
+    for sid in graph.ids:
+        if names[sid] != "fork_action":
+            continue
+        step = graph.steps[graph.pos[sid]]
+        search = step.get("search_action")
+        if not isinstance(search, str):
+            continue  # the schema said so
+        try:
+            _, merge = snapshot_segment(
+                sid, search, names, lambda s: graph.successors(s, with_catch=True)
+            )
+        except ValueError as exc:
+            yield Finding(
+                "SNAPSHOT_TRIO_INVALID", str(exc), ("steps", graph.pos[sid], "search_action")
+            )
+            broken = True
+            continue
+        merged.add(merge)
+    for sid in graph.ids:
+        if names[sid] == "merge_action" and sid not in merged and not broken:
+            yield Finding(
+                "SNAPSHOT_TRIO_INVALID",
+                f"merge_action step {sid!r} is reached from no fork_action's search_action: "
+                "it would have no snapshot results to merge",
+                ("steps", graph.pos[sid], "action"),
+            )
+
+
 def check_unused_settings(
     steps: Sequence[Step], settings: Mapping[str, Any], registry: Registry
 ) -> Iterator[Finding]:
@@ -664,4 +700,5 @@ def run_all(
     yield from check_pack_budgets(steps, settings)
     yield from check_actions(steps, settings, registry)
     yield from check_governance(steps, settings)
+    yield from check_snapshot_trio(graph)
     yield from check_unused_settings(steps, settings, registry)

@@ -1,8 +1,8 @@
 """What the format keeps of the older code-RAG engine (LocalAI-RAG): one place, one rule each.
 
 - its UI step fields, accepted on every step as documented metadata and ignored;
-- its snapshot-comparison trio, named with a specific diagnostic until parallel branches
-  exist here;
+- its snapshot-comparison trio (parallel_roads_action, fork_action, merge_action): the
+  shape of the steps a fork runs per snapshot (the actions are in actions/snapshot_trio.py);
 - its prompt folder rule (`prompts_dir` from the working directory), found as well as the
   folder beside the pipeline file;
 - its request fields, the inputs the dataflow checks assume when a pipeline declares none.
@@ -12,6 +12,7 @@ docs/migrating.md describes each for users; nothing here runs a step.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,22 +62,58 @@ REQUEST_INPUTS: tuple[str, ...] = (
     "history",
     "repository",
     "snapshot",
+    # the two snapshots a comparison pipeline's fork_action names as ${snapshot_id}, ${snapshot_id_b}
+    "snapshot_id",
+    "snapshot_id_b",
 )
 
-# Actions of the older engine that step-runtime does not run yet -> what they did there.
-NOT_YET_SUPPORTED: dict[str, str] = {
-    "parallel_roads_action": "opens a snapshot comparison for fork_action and merge_action",
-    "fork_action": "runs its search step once per snapshot",
-    "merge_action": "merges each snapshot's node texts into context_blocks",
-}
+# The older engine's snapshot trio (actions/snapshot_trio.py runs it): `fork_action` ran the
+# steps from its `search_action` up to the `merge_action` once per snapshot, in a loop over
+# shared state; here that segment runs as concurrent branches, one per snapshot.
+SNAPSHOT_TRIO = ("parallel_roads_action", "fork_action", "merge_action")
 
 
-def not_yet_supported_message(action: str) -> str:
-    """The one diagnostic message for a step naming an action of the snapshot trio."""
-    return (
-        f"action {action!r} of the older engine ({NOT_YET_SUPPORTED[action]}) is not supported "
-        "yet: parallel branches are a planned feature, so a run of this pipeline is refused"
-    )
+def snapshot_segment(
+    fork_id: str,
+    search_step: str,
+    actions: Mapping[str, str],
+    successors: Callable[[str], Iterable[str]],
+) -> tuple[list[str], str]:
+    """The steps a fork runs per snapshot (from `search_step`, in visiting order) and the
+    merge step they lead to. ValueError (its message for the author) when the shape is not
+    the trio's: no such step, no merge reached, or a path back to the fork.
+
+    `actions`: step id -> action name; `successors`: the step ids a step can go to.
+    """
+    if search_step not in actions:
+        raise ValueError(f"search_action {search_step!r} is not a step of this pipeline")
+    segment: list[str] = []
+    merges: list[str] = []
+    pending = [search_step]
+    seen = {search_step}
+    while pending:
+        sid = pending.pop(0)
+        if sid == fork_id:
+            raise ValueError(f"the steps from {search_step!r} lead back to the fork itself")
+        if actions.get(sid) == "merge_action":
+            merges.append(sid)
+            continue
+        segment.append(sid)
+        for target in successors(sid):
+            if target in actions and target not in seen:
+                seen.add(target)
+                pending.append(target)
+    if not merges:
+        raise ValueError(
+            f"no merge_action step is reached from {search_step!r}: the steps a fork runs "
+            "per snapshot must lead to one"
+        )
+    if len(merges) > 1:
+        raise ValueError(
+            f"the steps from {search_step!r} reach {len(merges)} merge_action steps "
+            f"({', '.join(map(repr, merges))}); a fork's branches end at one"
+        )
+    return segment, merges[0]
 
 
 def prompts_folder(base_dir: Path, configured: Any, cwd: Path | None = None) -> Path:

@@ -20,7 +20,6 @@ from runtime.errors import PipelineInvalidError, UsageError
 from runtime.format import checks
 from runtime.format.access import items, mapping
 from runtime.format.branches import BRANCH_TYPES
-from runtime.format.compat import NOT_YET_SUPPORTED, not_yet_supported_message
 from runtime.format.diagnostics import Diagnostic, sort_diagnostics
 from runtime.format.extends import FileCache, resolve
 from runtime.format.files import shown_path
@@ -390,18 +389,6 @@ def _schema_pass(
                     f"action {name!r} from distribution "
                     f"{load_failures[name].source!r} failed to load: {load_failures[name].error}",
                     ("steps", i, "action"),
-                )
-            )
-            continue
-        if name not in v.names and name in NOT_YET_SUPPORTED:
-            # One diagnostic for the step, whatever its fields: a warning while validating,
-            # an error before a run (the file is well formed, the engine cannot run it yet).
-            out.append(
-                pos.diag(
-                    "ACTION_NOT_YET_SUPPORTED",
-                    not_yet_supported_message(name),
-                    ("steps", i, "action"),
-                    severity="error" if for_execution else "warning",
                 )
             )
             continue

@@ -7,14 +7,11 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-import pytest
-
 import runtime
 from runtime.contract.action import Action
 from runtime.contract.registry import Registry, default_registry
 from runtime.engine import Engine
 from runtime.engine.services import Services
-from runtime.errors import RunError
 from runtime.format.pipeline import Pipeline
 
 END = {"id": "end", "action": "finalize", "source": "x"}
@@ -241,20 +238,10 @@ def test_settings_nothing_reads_are_warnings_at_their_key(tmp_path):
     assert (report.errors, report.warnings) == (0, 2)
 
 
-# --- the snapshot trio -------------------------------------------------------------------------
+# --- the snapshot trio (runs on branches: tests/test_snapshot_trio.py) ---------------------
 
 
-def test_the_engine_refuses_the_snapshot_trio_even_unvalidated():
-    data = {
-        "settings": {"entry_step_id": "p"},
-        "steps": [{"id": "p", "action": "parallel_roads_action", "next": "end"}, END],
-    }
-    with pytest.raises(RunError) as caught:
-        Engine(Pipeline.from_dict(data))
-    assert (caught.value.code, caught.value.step_id) == ("ACTION_NOT_YET_SUPPORTED", "p")
-
-
-def test_the_trio_is_a_warning_to_validate_and_an_error_to_load(tmp_path):
+def test_a_fork_without_its_search_action_is_a_schema_error_not_a_refusal(tmp_path):
     data = {
         "settings": {"entry_step_id": "f"},
         "steps": [
@@ -263,14 +250,8 @@ def test_the_trio_is_a_warning_to_validate_and_an_error_to_load(tmp_path):
         ],
     }
     path = write(tmp_path / "p.yaml", data)
-    assert found(runtime.validate(path)) == [
-        ("ACTION_NOT_YET_SUPPORTED", "warning", "$.steps[0].action")
-    ]
-    with pytest.raises(runtime.PipelineInvalidError) as caught:
-        runtime.load(path)
-    assert [(d.code, d.severity) for d in caught.value.diagnostics] == [
-        ("ACTION_NOT_YET_SUPPORTED", "error")
-    ]
+    errors = [f for f in found(runtime.validate(path)) if f[1] == "error"]
+    assert errors == [("SCHEMA_MISSING_FIELD", "error", "$.steps[0]")]
 
 
 # --- the older engine's answer variables --------------------------------------------------------
