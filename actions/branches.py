@@ -315,13 +315,15 @@ def run_branches(
     zero = time.monotonic()
     # A branch answers the same subject as its parent (never another: access policy).
     subject = ctx.inputs.get("subject")
+    # One max_steps for the run and all its branches (runtime/engine/step_budget.py).
+    budget = ctx.branch_budget()
 
     def one(job: tuple[str, str, dict[str, Any]]) -> Any:
         key, branch, inputs = job
         run_id = f"{prefix}.{key}"
         started = time.monotonic() - zero
         try:
-            result = _run_branch(engines[branch], run_id, inputs, store, cancel, subject)
+            result = _run_branch(engines[branch], run_id, inputs, store, cancel, subject, budget)
         finally:
             timings[key] = (started, time.monotonic() - zero)
         if result.error is not None and fail_fast:
@@ -332,6 +334,7 @@ def run_branches(
         max_workers=min(width, max(len(jobs), 1)), thread_name_prefix="branch"
     ) as pool:
         results = list(pool.map(one, jobs))
+    ctx.charge_steps(budget.used)
     first_error: tuple[str, Any] | None = None
     for (key, _branch, _inputs), result in zip(jobs, results, strict=True):
         start, end = timings.get(key, (0.0, 0.0))
@@ -358,7 +361,13 @@ def run_branches(
 
 
 def _run_branch(
-    engine: Any, run_id: str, inputs: dict[str, Any], store: Any, cancel: Any, subject: Any
+    engine: Any,
+    run_id: str,
+    inputs: dict[str, Any],
+    store: Any,
+    cancel: Any,
+    subject: Any,
+    budget: Any,
 ) -> Any:
     """A branch run: read back when it completed before (a resumed parent), resumed when
     it was killed or failed, started otherwise."""
@@ -381,11 +390,11 @@ def _run_branch(
                     run_id, "completed", [], state, output_of(engine.pipeline, state), None
                 )
             try:
-                return engine.resume(run_id, cancel=cancel, subject=subject)
+                return engine.resume(run_id, cancel=cancel, subject=subject, step_budget=budget)
             except Failure as exc:
                 return RunResult(run_id, "failed", [], {}, {}, exc)
     try:
-        return engine.run(inputs, run_id=run_id, cancel=cancel, subject=subject)
+        return engine.run(inputs, run_id=run_id, cancel=cancel, subject=subject, step_budget=budget)
     except Failure as exc:  # refused before it ran (its inputs): the branch failed
         return RunResult(run_id, "failed", [], {}, {}, exc)
 

@@ -283,6 +283,12 @@ class StepContext(Protocol):
     def variables(self) -> Mapping[str, Any]:
         """A read-only view of the committed variables (reads are not tracked)."""
 
+    def branch_budget(self) -> Any:
+        """The max_steps budget this step's branch runs share (runtime/engine/step_budget.py)."""
+
+    def charge_steps(self, n: int) -> None:
+        """Count n steps its branches took on this run (a branch step, once they end)."""
+
     def history(self) -> list[dict[str, Any]]:
         """The run's completed step visits: id, action, outcome, duration, attempts, notes."""
 

@@ -27,6 +27,7 @@ from runtime.engine import telemetry as otel
 from runtime.engine.inbox import Inbox
 from runtime.engine.services import Services
 from runtime.engine.state import RunState, action_defaults, apply_inputs, initial_variables
+from runtime.engine.step_budget import StepBudget
 from runtime.engine.step_context import NO_ARRIVAL, Context
 from runtime.engine.trace import AS_VALUE, Tracer, summarize
 from runtime.errors import (
@@ -251,6 +252,7 @@ class Engine:
         cancel: threading.Event | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         subject: Mapping[str, Any] | None = None,
+        step_budget: StepBudget | None = None,
     ) -> RunResult:
         """Start a run and drive it to completion or failure (subject: who it answers,
         the same as a `subject` input; docs/access.md)."""
@@ -294,7 +296,7 @@ class Engine:
             if inputs and "subject" in inputs
             else variables
         )
-        return self._drive(run_id, pos, tracer, given, max_steps, cancel)
+        return self._drive(run_id, pos, tracer, given, max_steps, cancel, step_budget)
 
     def resume(
         self,
@@ -305,6 +307,7 @@ class Engine:
         cancel: threading.Event | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         subject: Mapping[str, Any] | None = None,
+        step_budget: StepBudget | None = None,
     ) -> RunResult:
         """Continue a run from its last checkpoint in the store (with the subject it was
         started with; a different `subject` is SUBJECT_CHANGED)."""
@@ -375,7 +378,7 @@ class Engine:
         pos = _Position(
             position, state, inbox, store_kw, arrival, arrival_from, True, resumed.services
         )
-        return self._drive(run_id, pos, tracer, saved["inputs"], max_steps, cancel)
+        return self._drive(run_id, pos, tracer, saved["inputs"], max_steps, cancel, step_budget)
 
     # --- loop ----------------------------------------------------------------
     def _drive(
@@ -386,7 +389,9 @@ class Engine:
         inputs: Mapping[str, Any],
         max_steps: int | None,
         cancel: threading.Event | None,
+        step_budget: StepBudget | None = None,
     ) -> RunResult:
+        """Drive a run (step_budget: the max_steps a branch run shares with its parent)."""
         limit = max_steps or self.pipeline.max_steps
         rng = random.Random(int(hashlib.sha256(run_id.encode()).hexdigest()[:16], 16))
         error: RunError | None = None
@@ -410,6 +415,8 @@ class Engine:
             tracer.listeners.append(log.feed)
             ctx.history_log = log
         ctx.resumed = pos.resumed
+        ctx.step_limit = limit
+        ctx.step_budget = step_budget
         try:
             self._loop(run_id, pos, ctx, tracer, limit, cancel, rng)
             self._leftovers(pos, tracer)
@@ -476,6 +483,7 @@ class Engine:
         messages: list[Message] = no_messages
         step_id = pos.step_id
         count = state.step_count  # kept in step with state.step_count (a catch counts too)
+        shared = ctx.step_budget  # a branch run's share of its parent's max_steps
         # What the first step is told it arrived by; later steps' is set as the step before
         # chooses them (and by a catch).
         ctx.arrival = pos.arrival
@@ -492,6 +500,12 @@ class Engine:
                 raise RunCancelledError("the run was cancelled", step_id=step_id)
             if count >= limit:
                 raise MaxStepsExceededError(f"run took more than {limit} steps", step_id=step_id)
+            if shared is not None and not shared.take():
+                raise MaxStepsExceededError(
+                    f"the run's max_steps ({shared.total} left when its branches started, "
+                    "shared by every branch) is used up",
+                    step_id=step_id,
+                )
             plan = plans[step_id]
             # The attempt starts here, without a call: after a commit or a discard nothing
             # is staged or read (see Context.discard), so what is set here is all it needs.
@@ -527,6 +541,7 @@ class Engine:
             # The attempt succeeded: apply what it staged, record the step, choose the next.
             if ctx._more:  # a delete, a send, a counter or a thread change: the general path
                 wrote = ctx.commit()
+                count = state.step_count  # (the steps a branch step's branches took)
             else:
                 # Only plain writes (or nothing) staged: applied here, without a call (it
                 # saves a fifth of the loop's cost), in Context.commit's steps. The staged

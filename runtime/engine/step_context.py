@@ -15,6 +15,7 @@ from runtime.contract.action import ENGINE_OWNED
 from runtime.contract.message import Message
 from runtime.engine.inbox import Inbox
 from runtime.engine.state import RunState, check_json
+from runtime.engine.step_budget import StepBudget
 from runtime.engine.trace import AS_VALUE, summarize
 from runtime.errors import StateError
 
@@ -80,6 +81,7 @@ class Context:
     """
 
     __slots__ = (
+        "_charged",
         "_counters",
         "_deleted",
         "_inbox",
@@ -105,7 +107,9 @@ class Context:
         "services",
         "settings",
         "step",
+        "step_budget",
         "step_id",
+        "step_limit",
     )
 
     def __init__(
@@ -152,6 +156,11 @@ class Context:
         self.history_log: HistoryLog | None = None
         self.resumed = False
         self._thread_appends: list[tuple[str, list[dict[str, Any]]]] | None = None
+        # The run's max_steps and, for a branch run, the budget it shares with its parent
+        # and siblings (runtime/engine/step_budget.py); steps its branches took, to charge.
+        self.step_limit = pipeline.max_steps
+        self.step_budget: StepBudget | None = None
+        self._charged = 0
         self.begin("", {}, [], 1)
 
     def begin(
@@ -184,6 +193,7 @@ class Context:
             self._sends.clear()
             self._counters.clear()
             self._thread_appends = None
+            self._charged = 0
             self._more = False
         if self.read:
             self.read.clear()
@@ -294,6 +304,20 @@ class Context:
         self._more = True
         return value
 
+    # --- the step budget branches share (runtime/engine/step_budget.py) --------
+    def branch_budget(self) -> StepBudget:
+        """The budget this step's branches count their steps against: the one this run
+        shares, else what is left of its max_steps (this step not counted yet)."""
+        if self.step_budget is not None:
+            return self.step_budget
+        return StepBudget(self.step_limit - self._state.step_count - 1)
+
+    def charge_steps(self, n: int) -> None:
+        """Stage n more steps on this run's count (the steps its branches took)."""
+        if self.step_budget is None and n > 0:  # a shared budget counted them already
+            self._charged += n
+            self._more = True
+
     # --- history and threads (docs/fidelity.md) -------------------------------
     def history(self) -> list[dict[str, Any]]:
         """The run's completed step visits so far (id, action, outcome, duration, attempts, notes)."""
@@ -352,6 +376,9 @@ class Context:
         if self._counters:
             self._state.counters.update(self._counters)
             self._counters.clear()
+        if self._charged:
+            self._state.step_count += self._charged
+            self._charged = 0
         if self._thread_appends:
             for thread_id, data in self._thread_appends:
                 if thread_id:

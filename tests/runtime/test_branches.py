@@ -427,3 +427,37 @@ steps:
     (tmp_path / "p.yaml").write_text(text)
     codes = {d.code for d in runtime.validate(str(tmp_path / "p.yaml")).diagnostics}
     assert "PROMPT_NOT_FOUND" in codes and "VALIDATION_CRASHED" not in codes
+
+
+# --- one max_steps for the run and its branches ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("max_steps", "status", "where"),
+    # prep, the map, 3 branches of 2 steps, done: 9 steps in all
+    [(9, "completed", None), (8, "failed", "done"), (7, "failed", "each")],
+)
+def test_branches_count_their_steps_against_the_runs_max_steps(tmp_path, max_steps, status, where):
+    data = map_pipeline([{"n": i} for i in range(3)], max_concurrency=3)
+    data["settings"]["max_steps"] = max_steps
+    result, _ = run(tmp_path, data)
+    assert result.status == status
+    if where is not None:
+        assert (result.error.code, result.error.step_id) == ("MAX_STEPS_EXCEEDED", where)
+
+
+def test_a_runaway_branch_is_stopped_by_the_shared_budget_not_its_own(tmp_path):
+    # Each spinning branch alone has max_steps 40; together they may take 40 minus the
+    # parent's steps, so the map fails long before 2 x 40 branch steps.
+    data = map_pipeline([{"n": 0}, {"n": 1}], max_concurrency=2)
+    data["settings"]["max_steps"] = 40
+    data["steps"][1]["steps"] = [
+        {"id": "s", "action": "spin", "on_again": "s", "next": "e"},
+        {"id": "e", "action": "finalize", "end": True},
+    ]
+    result, store = run(tmp_path, data)
+    assert (result.status, result.error.code) == ("failed", "MAX_STEPS_EXCEEDED")
+    branch_steps = sum(
+        len(store.load(f"{result.run_id}.each.{i}")["engine"].get("step_trace", [])) for i in (0, 1)
+    )
+    assert branch_steps <= 38
