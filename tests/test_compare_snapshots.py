@@ -60,3 +60,45 @@ def test_the_graph_in_the_docs_is_what_runtime_graph_draws():
     drawn = page.split("```mermaid\n")[1].split("```")[0]
     code, out = run("graph", str(ROOT / "pipelines" / "compare_snapshots.yaml"))
     assert code == 0 and out.strip() == drawn.strip()
+
+
+def test_trace_shows_the_branches_side_by_side_and_each_branch_on_its_own(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sample = ROOT / "pipelines" / "sample"
+    assert run("index", str(sample / "eshop"), "--repository", "eshop")[0] == 0
+    code, _ = run(
+        "index", str(sample / "eshop_release"), "--repository", "eshop", "--snapshot", "release"
+    )
+    assert code == 0
+    code, out = run(
+        "exec",
+        str(ROOT / "pipelines" / "compare_snapshots.yaml"),
+        "--input",
+        "question=What does usp_CapturePayment write?",
+        "--json",
+    )
+    run_id = json.loads(out)["run_id"]
+    code, out = run("trace", run_id, "--branches")
+    assert code == 0, out
+    header, first, second = out.splitlines()
+    assert header.startswith("step per_snapshot: 2 branch(es), ")
+    for line, key in ((first, "0"), (second, "1")):
+        assert line.startswith(f"  {key} |") and line.endswith(
+            f"completed  {run_id}.per_snapshot.{key}"
+        )
+        bar = line.split("|")[1]
+        assert len(bar) == 40 and "#" in bar
+    # jsonl: the BRANCH events themselves
+    code, out = run("trace", run_id, "--branches", "--format", "jsonl")
+    assert [json.loads(x)["branch"] for x in out.splitlines()] == ["0", "1"]
+    # one branch's own run: its search was scoped to its snapshot
+    code, out = run("trace", run_id, "--branch", "per_snapshot.1", "--format", "jsonl")
+    events = [json.loads(x) for x in out.splitlines()]
+    assert {e["run_id"] for e in events} == {f"{run_id}.per_snapshot.1"}
+    [search] = [e for e in events if e["type"] == "SEARCH"]
+    assert search["scope"]["snapshot"] == "release"
+    code, out = run("trace", run_id, "--branch", "2")
+    assert (
+        code != 0
+        and "no branch '2' in this run; its branches: per_snapshot.0, per_snapshot.1" in out
+    )

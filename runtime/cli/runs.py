@@ -93,6 +93,19 @@ def runs(
     help="Print the run's conversation threads as checkpointed (docs/fidelity.md), and the "
     "fidelity of each model call.",
 )
+@click.option(
+    "--branches",
+    "show_branches",
+    is_flag=True,
+    help="Show the run's map and parallel branches side by side in time (jsonl: their "
+    "BRANCH events).",
+)
+@click.option(
+    "--branch",
+    "branch_key",
+    metavar="KEY",
+    help="The events of one branch run (its key, or STEP.KEY) instead of the run's.",
+)
 @handle_errors
 def trace(
     run_id: str,
@@ -103,6 +116,8 @@ def trace(
     full: bool,
     pointers: bool,
     threads: bool = False,
+    show_branches: bool = False,
+    branch_key: str | None = None,
 ) -> None:
     """Show a run's trace events, or the exact prompts its model calls sent."""
     from runtime.engine import trace as tr
@@ -110,6 +125,17 @@ def trace(
 
     opened = SqliteRunStore(store, create=False)
     events = opened.events(run_id)
+    if show_branches or branch_key is not None:
+        from runtime.cli import _branch_view as view
+
+        if show_branches:
+            shown = view.branch_events(events)
+            click.echo(tr.to_jsonl(shown) if fmt == "jsonl" else view.timeline(events), nl=False)
+            return
+        # the branch's own runs (a step visited again in a loop ran it again)
+        events = [
+            e for rid in view.branch_runs(events, str(branch_key)) for e in opened.events(rid)
+        ]
     if pointers:
         click.echo(_render_pointers(opened, run_id, events, fmt), nl=False)
         return
