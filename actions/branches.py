@@ -22,16 +22,26 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Any, ClassVar
 
 from runtime.contract.action import ENGINE_OWNED, Action, Problem, StepContext, VariableRead
 from runtime.errors import RunError
-from runtime.format.branches import as_action, branch_steps
+from runtime.format.branches import as_action, branch_refs, branch_steps, ref_target
 
 _KEY = re.compile(r"[^A-Za-z0-9_.-]")
 MAX_CONCURRENCY = 64
 
 _STEPS = {"type": "array", "minItems": 1, "items": {"type": "object"}}
+_REF = {
+    "type": "string",
+    "minLength": 1,
+    "description": "A pipeline to run instead of inline steps: file.yaml, or file.yaml#name "
+    "for a pipeline of a pack; relative to this file's folder.",
+}
+# The branch pipelines being checked, so one that names itself (or a cycle) is an error,
+# not an endless recursion.
+_CHECKING: ContextVar[frozenset[str]] = ContextVar("step_runtime_branch_refs", default=frozenset())
 
 
 def _fields(kind: str) -> dict[str, dict[str, Any]]:
@@ -79,6 +89,11 @@ def _fields(kind: str) -> dict[str, dict[str, Any]]:
                 "(default: its index).",
             },
             "steps": {**_STEPS, "description": "The steps each item runs."},
+            "pipeline": {
+                **_REF,
+                "description": "The pipeline each item runs (instead of "
+                "steps): file.yaml or file.yaml#name, relative to this file's folder.",
+            },
         }
     return {
         **common,
@@ -88,8 +103,18 @@ def _fields(kind: str) -> dict[str, dict[str, Any]]:
             # the name keys the branch's run id (<run>.<step>.<name>): refused by validate,
             # not first at run time
             "propertyNames": {"pattern": "^[A-Za-z0-9_.-]+$"},
-            "additionalProperties": _STEPS,
-            "description": "Named branches, each a list of steps.",
+            "additionalProperties": {
+                "anyOf": [
+                    _STEPS,
+                    {
+                        "type": "object",
+                        "required": ["pipeline"],
+                        "properties": {"pipeline": _REF},
+                        "additionalProperties": False,
+                    },
+                ]
+            },
+            "description": "Named branches, each a list of steps or {pipeline: file.yaml#name}.",
         },
     }
 
@@ -156,6 +181,13 @@ class _Branches(Action):
                 "PROTECTED_FIELD", f"results_to {results_to!r} is engine-owned", ("results_to",)
             )
         registry = active_registry()
+        if cls.kind == "map" and ("steps" in step) == ("pipeline" in step):
+            yield Problem(
+                "SCHEMA_MISSING_FIELD" if "steps" not in step else "SCHEMA_INVALID",
+                "a map step runs `steps` or a `pipeline`: give exactly one",
+                (),
+            )
+        yield from cls._check_refs(step, registry)
         for name, steps in cls.branch_steps(step).items():
             if not isinstance(steps, list) or not steps:
                 continue  # the schema said so
@@ -176,6 +208,60 @@ class _Branches(Action):
                     diag.severity,
                 )
 
+    @classmethod
+    def _check_refs(cls, step: Mapping[str, Any], registry: Any) -> Iterator[Problem]:
+        """Each `pipeline:` branch loads and validates, and takes what `with` (and the item)
+        pass: no input it does not declare, every input it requires."""
+        from runtime.contract.registry import active_file
+        from runtime.errors import PipelineInvalidError
+        from runtime.format.validation import load_pipeline
+
+        for name, ref in branch_refs({**step, "type": cls.kind}).items():
+            where: tuple[Any, ...] = (
+                ("pipeline",) if cls.kind == "map" else ("branches", name, "pipeline")
+            )
+            file, member = ref_target(ref, active_file())
+            key = f"{file}#{member or ''}"
+            if key in _CHECKING.get():
+                yield Problem(
+                    "BRANCH_PIPELINE_INVALID",
+                    f"branch {name!r}: {ref!r} runs a pipeline that is already being checked "
+                    "(a branch pipeline cannot run itself, directly or through others)",
+                    where,
+                )
+                continue
+            token = _CHECKING.set(_CHECKING.get() | {key})
+            try:
+                sub = load_pipeline(file, name=member, registry=registry)
+            except PipelineInvalidError as exc:
+                first = next(
+                    (d for d in exc.diagnostics if d.severity == "error"), exc.diagnostics[0]
+                )
+                at = f"{first.file}:{first.line}: " if first.line else ""
+                yield Problem(
+                    "BRANCH_PIPELINE_INVALID",
+                    f"branch {name!r}: {ref!r} is not a valid pipeline: {at}{first.code} "
+                    f"{first.message}",
+                    where,
+                )
+                continue
+            finally:
+                _CHECKING.reset(token)
+            given = set(step.get("with") or {})
+            if cls.kind == "map":
+                given.add(str(step.get("as") or "item"))
+            if sub.inputs is not None:
+                unknown = sorted(given - set(sub.inputs))
+                missing = sorted(n for n, s in sub.inputs.items() if s.required and n not in given)
+                for problem, names in (("takes no input", unknown), ("requires", missing)):
+                    if names:
+                        yield Problem(
+                            "BRANCH_PIPELINE_INVALID",
+                            f"branch {name!r}: {ref!r} {problem} {', '.join(map(repr, names))}"
+                            " (what `with`" + (" and `as`" if cls.kind == "map" else "") + " pass)",
+                            where,
+                        )
+
     # --- running -------------------------------------------------------------
     def run(self, ctx: StepContext) -> None:
         from runtime.engine import Engine
@@ -189,8 +275,16 @@ class _Branches(Action):
         registry = getattr(ctx.services, "registry", None)
         engines: dict[str, Any] = {}
         for name, steps in self.branch_steps(step).items():
+            if not isinstance(steps, list):
+                continue  # a `pipeline:` branch, below
             data = self.sub_pipeline(step, steps, settings, f"{ctx.pipeline.name}/{ctx.step_id}")
             pipeline = Pipeline.from_dict(data, file=ctx.pipeline.file)
+            engines[name] = Engine(pipeline, registry=registry, services=ctx.services, store=store)
+        for name, ref in branch_refs({**step, "type": self.kind}).items():
+            from runtime.format.validation import load_pipeline
+
+            file, member = ref_target(ref, ctx.pipeline.file)
+            pipeline = load_pipeline(file, name=member, registry=registry)
             engines[name] = Engine(pipeline, registry=registry, services=ctx.services, store=store)
         fail_fast = step.get("on_failure", "fail") == "fail"
         width = int(step.get("max_concurrency", 4))
@@ -230,7 +324,7 @@ class MapStep(_Branches):
     kind = "map"
     summary = "Run steps for each item of a list, concurrently, on isolated state."
     fields: ClassVar[dict[str, dict[str, Any]]] = _fields("map")
-    required = ("steps", "items_from")
+    required = ("items_from",)
 
     def jobs(
         self, ctx: StepContext, passed: dict[str, Any]

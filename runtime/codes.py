@@ -324,6 +324,15 @@ _CODES: list[Code] = [
     ),
     Code("INPUT_SPEC_INVALID", "graph", "An `inputs` declaration is malformed."),
     Code(
+        "BRANCH_PIPELINE_INVALID",
+        "graph",
+        "A map or parallel branch given as `pipeline: file.yaml#name` does not load or "
+        "validate, runs itself (a cycle), or does not take what `with` (and the map's item) "
+        "pass.",
+        "The message names the branch pipeline's first problem; `runtime validate` that file "
+        "for all of them (docs/parallel.md).",
+    ),
+    Code(
         "SNAPSHOT_TRIO_INVALID",
         "graph",
         "An older-engine snapshot comparison is malformed: a fork_action's search_action "

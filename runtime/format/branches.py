@@ -9,6 +9,7 @@ all read them through these functions.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 BRANCH_TYPES = ("map", "parallel")
@@ -35,6 +36,30 @@ def branch_steps(step: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "parallel" and isinstance(step.get("branches"), Mapping):
         return dict(step["branches"])
     return {}
+
+
+def branch_refs(step: Mapping[str, Any]) -> dict[str, str]:
+    """A branch step's branches given as pipelines (`pipeline: file.yaml#name`): name -> ref."""
+    kind = kind_of(step)
+    if kind == "map" and isinstance(step.get("pipeline"), str):
+        return {"item": step["pipeline"]}
+    if kind == "parallel" and isinstance(step.get("branches"), Mapping):
+        return {
+            str(name): branch["pipeline"]
+            for name, branch in step["branches"].items()
+            if isinstance(branch, Mapping) and isinstance(branch.get("pipeline"), str)
+        }
+    return {}
+
+
+def ref_target(ref: str, base_file: str | None) -> tuple[str, str | None]:
+    """(file, pack member or None) of `file.yaml#name`, the file relative to the folder of
+    the pipeline that names it (base_file)."""
+    file, _, member = ref.partition("#")
+    path = Path(file)
+    if not path.is_absolute():
+        path = (Path(base_file).parent if base_file else Path.cwd()) / path
+    return str(path), member or None
 
 
 def with_branch_steps(steps: Iterable[Any]) -> Iterator[Mapping[str, Any]]:

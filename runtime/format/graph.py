@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 
 from runtime.contract.registry import Registry
-from runtime.format.branches import as_action, branch_steps
+from runtime.format.branches import as_action, branch_refs, branch_steps
 from runtime.format.checks import Graph
 from runtime.format.pipeline import Pipeline
 
@@ -65,6 +65,15 @@ def branches_of(pipeline: Pipeline) -> list[tuple[str, str, Pipeline]]:
             first = plain[0].get("id") if plain else None
             sub = Pipeline.from_dict(
                 {"name": f"{step.id}/{name}", "settings": {"entry_step_id": first}, "steps": plain}
+            )
+            out.append((step.id, str(name), sub))
+        for name, ref in branch_refs(step.config).items():  # drawn as the pipeline it runs
+            sub = Pipeline.from_dict(
+                {
+                    "name": f"{step.id}/{name}",
+                    "settings": {"entry_step_id": "pipeline"},
+                    "steps": [{"id": "pipeline", "action": ref, "end": True}],
+                }
             )
             out.append((step.id, str(name), sub))
     return out

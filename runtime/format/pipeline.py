@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.format.access import mapping
-from runtime.format.branches import with_branch_steps
+from runtime.format.branches import branch_refs, ref_target, with_branch_steps
 from runtime.format.compat import prompts_folder
 from runtime.format.files import read_bounded
 from runtime.format.transitions import target_of
@@ -90,12 +90,26 @@ class Pipeline:
         as before, so runs stored by earlier versions still resume.
         """
         prompts = self.prompt_files()
-        if not prompts:
+        branches = self.branch_files()
+        if not prompts and not branches:
             return self._yaml_hash
         digest = hashlib.sha256(self._yaml_hash.encode())
         for key, content in sorted(prompts.items()):
             digest.update(json.dumps([key, content]).encode())
+        for ref, content in sorted(branches.items()):  # (absent before branch refs existed)
+            digest.update(json.dumps(["pipeline", ref, content]).encode())
         return digest.hexdigest()
+
+    def branch_files(self) -> dict[str, str]:
+        """Each `pipeline:` a branch names -> the SHA-256 of its file (or why it is unread):
+        an edited branch pipeline changes the hash a resume compares."""
+        out: dict[str, str] = {}
+        for config in with_branch_steps(step.config for step in self.steps):
+            for ref in branch_refs(config).values():
+                if ref not in out:
+                    raw, problem = read_bounded(ref_target(ref, self.file)[0])
+                    out[ref] = hashlib.sha256(raw).hexdigest() if raw is not None else str(problem)
+        return out
 
     def prompt_files(self) -> dict[str, str | None]:
         """Each prompt key the steps name -> the SHA-256 of its file, or None when it is absent."""

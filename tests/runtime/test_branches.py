@@ -461,3 +461,159 @@ def test_a_runaway_branch_is_stopped_by_the_shared_budget_not_its_own(tmp_path):
         len(store.load(f"{result.run_id}.each.{i}")["engine"].get("step_trace", [])) for i in (0, 1)
     )
     assert branch_steps <= 38
+
+
+# --- branches given as pipelines (`pipeline: file.yaml#name`) ------------------------------
+
+PACK = {
+    "YAMLpipelines": {
+        "one": {
+            "settings": {"entry_step_id": "w"},
+            "inputs": {"item": {"type": "object"}, "tag": {"type": "string", "default": "-"}},
+            "outputs": ["answer"],
+            "steps": [
+                {"id": "w", "action": "work", "next": "fin"},
+                {"id": "fin", "action": "finalize", "end": True},
+            ],
+        }
+    }
+}
+
+
+def write_pack(tmp_path: Path, pack: dict[str, Any] = PACK) -> None:
+    (tmp_path / "sub").mkdir(exist_ok=True)
+    (tmp_path / "sub" / "pack.json.yaml").write_text(json.dumps(pack))
+
+
+def ref_map(items: list[dict[str, Any]], ref: str = "sub/pack.json.yaml#one", **step: Any):
+    data = map_pipeline(items, **step)
+    del data["steps"][1]["steps"]
+    data["steps"][1]["pipeline"] = ref
+    return data
+
+
+def test_a_map_runs_a_pipeline_of_a_pack_per_item(tmp_path):
+    write_pack(tmp_path)
+    result, store = run(tmp_path, ref_map([{"n": 0}, {"n": 1, "barrier": False}]))
+    assert result.status == "completed", result.error
+    assert result.state["results"] == ["done 0", "done 1"]
+    branch = store.load(f"{result.run_id}.each.1")
+    assert branch["status"] == "completed"
+
+
+def test_a_parallel_step_mixes_inline_and_pipeline_branches(tmp_path):
+    write_pack(tmp_path)
+    data = {
+        "name": "both",
+        "settings": {"entry_step_id": "p"},
+        "steps": [
+            {
+                "id": "p",
+                "type": "parallel",
+                "with": {"item": "thing"},
+                "results_to": "out",
+                "branches": {
+                    "inline": [
+                        {"id": "x", "action": "work", "next": "f"},
+                        {"id": "f", "action": "finalize", "end": True},
+                    ],
+                    "packed": {"pipeline": "sub/pack.json.yaml#one"},
+                },
+                "next": "done",
+            },
+            {"id": "done", "action": "finalize", "source": "out", "end": True},
+        ],
+    }
+    data["steps"].insert(
+        0,
+        {
+            "id": "prep",
+            "action": "set_variables",
+            "rules": [{"set": "thing", "value": {"n": 7}}],
+            "next": "p",
+        },
+    )
+    data["settings"]["entry_step_id"] = "prep"
+    result, _ = run(tmp_path, data)
+    assert result.status == "completed", result.error
+    assert result.state["out"] == {"inline": "done 7", "packed": "done 7"}
+
+
+def _codes(tmp_path: Path, data: dict[str, Any]) -> list[tuple[str, str, int]]:
+    path = tmp_path / "p.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    report = runtime.validate(str(path), registry=registry())
+    lines = path.read_text().splitlines()
+    return [
+        (d.code, d.message, lines[d.line - 1].strip().split(":")[0])
+        for d in report.diagnostics
+        if d.severity == "error"
+    ]
+
+
+def test_a_pipeline_branch_that_does_not_load_is_refused_at_its_line(tmp_path):
+    [(code, message, field)] = _codes(tmp_path, ref_map([], "sub/missing.yaml"))
+    assert (code, field) == ("BRANCH_PIPELINE_INVALID", "pipeline")
+    assert "branch 'item': 'sub/missing.yaml' is not a valid pipeline" in message
+
+
+def test_a_pipeline_branch_must_take_what_with_and_the_item_pass(tmp_path):
+    write_pack(tmp_path)
+    data = ref_map([], with_={})  # placeholder replaced below
+    del data["steps"][1]["with_"]
+    data["steps"][1]["with"] = {"colour": "x"}
+    data["steps"][0]["rules"].append({"set": "x", "value": 1})
+    found = _codes(tmp_path, data)
+    assert [(c, f) for c, _, f in found] == [("BRANCH_PIPELINE_INVALID", "pipeline")]
+    assert "takes no input 'colour'" in found[0][1]
+    data["steps"][1]["as"] = "thing"
+    del data["steps"][1]["with"]
+    messages = [m for _, m, _ in _codes(tmp_path, data)]
+    assert any("takes no input 'thing'" in m for m in messages)
+    assert any("requires 'item'" in m for m in messages)
+
+
+def test_a_pipeline_branch_that_runs_itself_is_refused_not_recursed(tmp_path):
+    pack = {
+        "YAMLpipelines": {
+            "loop": {
+                "settings": {"entry_step_id": "each"},
+                "steps": [
+                    {
+                        "id": "each",
+                        "type": "map",
+                        "items_from": "items",
+                        "pipeline": "pack.json.yaml#loop",
+                        "next": "done",
+                    },
+                    {"id": "done", "action": "finalize", "end": True},
+                ],
+            }
+        }
+    }
+    write_pack(tmp_path, pack)
+    found = _codes(tmp_path, ref_map([], "sub/pack.json.yaml#loop"))
+    assert found and all(c == "BRANCH_PIPELINE_INVALID" for c, _, _ in found)
+    assert "already being checked" in " ".join(m for _, m, _ in found)
+
+
+def test_a_map_with_both_steps_and_pipeline_is_refused(tmp_path):
+    write_pack(tmp_path)
+    data = map_pipeline([])
+    data["steps"][1]["pipeline"] = "sub/pack.json.yaml#one"
+    found = _codes(tmp_path, data)
+    assert ("SCHEMA_INVALID", "a map step runs `steps` or a `pipeline`: give exactly one") in [
+        (c, m) for c, m, _ in found
+    ]
+
+
+def test_an_edited_branch_pipeline_changes_what_a_resume_compares(tmp_path):
+    write_pack(tmp_path)
+    pipeline = load(tmp_path, ref_map([{"n": 0}]))
+    before = pipeline.content_hash
+    changed = json.loads(json.dumps(PACK))
+    changed["YAMLpipelines"]["one"]["inputs"]["tag"]["default"] = "+"
+    write_pack(tmp_path, changed)
+    assert pipeline.content_hash != before
