@@ -17,6 +17,7 @@ item, with positions in the parent file (docs/parallel.md).
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
@@ -404,7 +405,8 @@ def run_branches(
     # visit finds the same branch runs.
     visit = ctx.increment(f"branch_visits:{ctx.step_id}")
     prefix = f"{ctx.run_id}.{ctx.step_id}" + (f"@{visit}" if visit > 1 else "")
-    cancel = threading.Event()
+    # Set by a failing branch (on_failure: fail), or set because the run itself was.
+    cancel = _Cancel(ctx.cancel)
     timings: dict[str, tuple[float, float]] = {}
     zero = time.monotonic()
     # A branch answers the same subject as its parent (never another: access policy).
@@ -424,10 +426,15 @@ def run_branches(
             cancel.set()
         return result
 
-    with ThreadPoolExecutor(
-        max_workers=min(width, max(len(jobs), 1)), thread_name_prefix="branch"
-    ) as pool:
-        results = list(pool.map(one, jobs))
+    from runtime.engine.caller_loop import caller_loop
+
+    loop = caller_loop()
+    width = min(width, max(len(jobs), 1))
+    if loop is None:
+        with ThreadPoolExecutor(max_workers=width, thread_name_prefix="branch") as pool:
+            results = list(pool.map(one, jobs))
+    else:  # under `arun`: the branches are tasks of the caller's event loop
+        results = asyncio.run_coroutine_threadsafe(_as_tasks(jobs, one, width), loop).result()
     ctx.charge_steps(budget.used)
     first_error: tuple[str, Any] | None = None
     for (key, _branch, _inputs), result in zip(jobs, results, strict=True):
@@ -452,6 +459,36 @@ def run_branches(
             step_id=ctx.step_id,
         )
     return results
+
+
+async def _as_tasks(jobs: list[Any], one: Any, width: int) -> list[Any]:
+    """Each job as a task of the running loop, at most `width` at once; results in job order.
+
+    Actions are synchronous: a task runs its branch on a thread of a pool of `width` (the
+    loop's default executor may be smaller than max_concurrency, and branches may wait on
+    each other)."""
+    gate = asyncio.Semaphore(width)
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(max_workers=width, thread_name_prefix="branch-task") as pool:
+
+        async def each(job: Any) -> Any:
+            async with gate:
+                return await loop.run_in_executor(pool, one, job)
+
+        tasks = [asyncio.create_task(each(job), name=f"branch {job[0]}") for job in jobs]
+        return list(await asyncio.gather(*tasks))
+
+
+class _Cancel(threading.Event):
+    """A branch's cancel event: set itself, or when the parent run's is."""
+
+    def __init__(self, parent: Any) -> None:
+        super().__init__()
+        self._parent = parent
+
+    def is_set(self) -> bool:
+        """True once this event or the parent run's is set (asked before every step)."""
+        return super().is_set() or (self._parent is not None and self._parent.is_set())
 
 
 def _run_branch(

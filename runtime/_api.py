@@ -158,7 +158,11 @@ class Runner:
         next step, and the CancelledError reaches the caller only once the run has ended
         (so its store holds the final state, and no thread keeps working for nobody).
         """
+        from runtime.engine.caller_loop import CALLER_LOOP
+
         stop = _EitherEvent(cancel)
+        # Branch steps schedule their branches on this loop (runtime/engine/caller_loop.py).
+        token = CALLER_LOOP.set(asyncio.get_running_loop())
         work = asyncio.ensure_future(
             asyncio.to_thread(
                 self.run,
@@ -170,6 +174,7 @@ class Runner:
                 subject=subject,
             )
         )
+        CALLER_LOOP.reset(token)  # (the worker thread took a copy of the context)
         try:
             # shield: a cancel must reach the run through `stop`, not abandon its thread.
             return await asyncio.shield(work)

@@ -283,6 +283,10 @@ class StepContext(Protocol):
     def variables(self) -> Mapping[str, Any]:
         """A read-only view of the committed variables (reads are not tracked)."""
 
+    @property
+    def cancel(self) -> Any:
+        """The run's cancel event (a threading.Event; None when it cannot be cancelled)."""
+
     def branch_budget(self) -> Any:
         """The max_steps budget this step's branch runs share (runtime/engine/step_budget.py)."""
 

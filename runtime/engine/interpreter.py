@@ -417,6 +417,7 @@ class Engine:
         ctx.resumed = pos.resumed
         ctx.step_limit = limit
         ctx.step_budget = step_budget
+        ctx.cancel = cancel
         try:
             self._loop(run_id, pos, ctx, tracer, limit, cancel, rng)
             self._leftovers(pos, tracer)

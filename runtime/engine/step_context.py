@@ -97,6 +97,7 @@ class Context:
         "arrival",
         "arrival_from",
         "attempt",
+        "cancel",
         "history_log",
         "inputs",
         "messages",
@@ -161,6 +162,8 @@ class Context:
         self.step_limit = pipeline.max_steps
         self.step_budget: StepBudget | None = None
         self._charged = 0
+        # The run's cancel event (None: it cannot be cancelled), for branch runs to follow.
+        self.cancel: Any = None
         self.begin("", {}, [], 1)
 
     def begin(

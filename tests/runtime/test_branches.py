@@ -26,6 +26,7 @@ from runtime.errors import RunError
 BARRIER = threading.Barrier(2)
 ACTIVE = {"now": 0, "max": 0}
 LOCK = threading.Lock()
+THREADS: list[str] = []  # the threads Work ran on
 
 
 class Work(Action):
@@ -50,6 +51,7 @@ class Work(Action):
         finally:
             with LOCK:
                 ACTIVE["now"] -= 1
+        THREADS.append(threading.current_thread().name)
         ctx.set("answer", f"done {item['n']}")
 
 
@@ -617,3 +619,67 @@ def test_an_edited_branch_pipeline_changes_what_a_resume_compares(tmp_path):
     changed["YAMLpipelines"]["one"]["inputs"]["tag"]["default"] = "+"
     write_pack(tmp_path, changed)
     assert pipeline.content_hash != before
+
+
+# --- cancelling the run reaches its branches; the asyncio path ---------------------------
+
+
+def spinning_map(n: int) -> dict[str, Any]:
+    data = map_pipeline([{"n": i} for i in range(n)], max_concurrency=n)
+    # (enough to spin for seconds; were a cancel lost, the shared budget ends them instead)
+    data["settings"]["max_steps"] = 1500
+    data["steps"][1]["steps"] = [
+        {"id": "s", "action": "spin", "on_again": "s", "next": "e"},
+        {"id": "e", "action": "finalize", "end": True},
+    ]
+    return data
+
+
+def test_cancelling_the_run_cancels_every_branch(tmp_path):
+    store = runtime.SqliteRunStore(str(tmp_path / "runs.db"))
+    engine = Engine(load(tmp_path, spinning_map(3)), registry=registry(), store=store)
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    started = time.monotonic()
+    result = engine.run({}, cancel=cancel)
+    assert time.monotonic() - started < 30  # (the branches spin until max_steps otherwise)
+    assert (result.status, result.error.code) == ("failed", "RUN_CANCELLED")
+    for i in range(3):
+        assert store.load(f"{result.run_id}.each.{i}")["status"] == "failed"
+    events = [e for e in store.events(result.run_id) if e["type"] == "BRANCH"]
+    assert [e["error"] for e in events] == ["RUN_CANCELLED"] * 3
+
+
+def test_under_arun_the_branches_are_tasks_of_the_callers_loop(tmp_path):
+    import asyncio
+
+    items = [{"n": 0, "barrier": True}, {"n": 1, "barrier": True}]
+    store = runtime.SqliteRunStore(str(tmp_path / "runs.db"))
+    runner = runtime.Runner(
+        load(tmp_path, map_pipeline(items, max_concurrency=2)), registry=registry(), store=store
+    )
+    seen: list[set[str]] = []
+
+    async def main() -> Any:
+        async def watch() -> None:  # the loop's own tasks while the run is going on
+            for _ in range(200):
+                names = {t.get_name() for t in asyncio.all_tasks()}
+                seen.append(names)
+                await asyncio.sleep(0.005)
+
+        watcher = asyncio.create_task(watch())
+        result = await runner.arun({})
+        watcher.cancel()
+        return result
+
+    THREADS.clear()
+    result = asyncio.run(main())
+    assert result.status == "completed", result.error
+    assert result.state["results"] == ["done 0", "done 1"]  # (the barrier: at once)
+    assert sorted(THREADS) and all(t.startswith("branch-task") for t in THREADS)
+    assert any({"branch 0", "branch 1"} <= names for names in seen)
+    # the same pipeline run without a loop: threads of the step's own pool
+    THREADS.clear()
+    assert runner.run({}).status == "completed"
+    assert all(t.startswith("branch_") or t.startswith("branch-") for t in THREADS)
+    assert not any(t.startswith("branch-task") for t in THREADS)
