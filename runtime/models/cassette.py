@@ -1,5 +1,11 @@
 """Cassettes: record model calls to JSONL, replay them per step id in order.
 
+Several calls of one step can be in flight at once (the branches of a map or parallel step
+run the same steps concurrently, and record in whatever order they finish): a replayed
+call takes the first recorded response of its step whose recorded messages (all but the
+system message, which names the run) are exactly its own, and only when none is, the step's next one in order (as a cassette recorded
+before requests were kept, or a prompt changed since, is replayed).
+
 One line per call::
 
     {"step_id": "...", "response": "...", "request": {messages and parameters},
@@ -71,7 +77,17 @@ def _invalid(path: str, number: int, message: str) -> ModelError:
     return ModelError(f"cassette {path} line {number}: {message}", code="CASSETTE_INVALID")
 
 
-def _entry(path: str, number: int, line: str) -> tuple[str, ModelResponse]:
+def request_key(request: Any) -> str | None:
+    """What identifies a recorded call among its step's: its messages but the system
+    message (which names the run), canonical; None when none were recorded."""
+    messages = request.get("messages") if isinstance(request, dict) else None
+    if not isinstance(messages, list):
+        return None
+    kept = [m for m in messages if not (isinstance(m, dict) and m.get("role") == "system")]
+    return json.dumps(kept, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _entry(path: str, number: int, line: str) -> tuple[str, str | None, ModelResponse]:
     try:
         entry = json.loads(line)
     except ValueError as exc:
@@ -115,7 +131,7 @@ def _entry(path: str, number: int, line: str) -> tuple[str, ModelResponse]:
     retries = entry.get("retries", [])
     if not isinstance(retries, list) or not all(isinstance(r, dict) for r in retries):
         raise _invalid(path, number, "`retries` must be a list of objects")
-    return step, ModelResponse(
+    response = ModelResponse(
         text,
         counts[0],
         counts[1],
@@ -129,10 +145,12 @@ def _entry(path: str, number: int, line: str) -> tuple[str, ModelResponse]:
         response_format=fmt,
         retries=retries,
     )
+    return step, request_key(entry.get("request")), response
 
 
-def load(path: str) -> dict[str, deque[ModelResponse]]:
-    """step id -> recorded responses, in order; CASSETTE_INVALID names the bad line."""
+def load(path: str) -> dict[str, deque[tuple[str | None, ModelResponse]]]:
+    """step id -> (request key, recorded response), in order; CASSETTE_INVALID names the
+    bad line."""
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError as exc:
@@ -145,12 +163,12 @@ def load(path: str) -> dict[str, deque[ModelResponse]]:
         content = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _invalid(path, data[: exc.start].count(b"\n") + 1, "not UTF-8") from exc
-    out: dict[str, deque[ModelResponse]] = defaultdict(deque)
+    out: dict[str, deque[tuple[str | None, ModelResponse]]] = defaultdict(deque)
     # split("\n"), not splitlines(): a response may hold U+2028, which JSON leaves unescaped.
     for number, line in enumerate(content.split("\n"), start=1):
         if line.strip():
-            step, response = _entry(path, number, line)
-            out[step].append(response)
+            step, key, response = _entry(path, number, line)
+            out[step].append((key, response))
     return out
 
 
@@ -182,7 +200,14 @@ class ReplayProvider:
                     code="CASSETTE_EXHAUSTED",
                     step_id=request.step_id or None,
                 )
-            recorded = queue.popleft()
+            key = request_key(request.to_dict()) if len(queue) > 1 else None
+            for i, (recorded_key, candidate) in enumerate(queue):
+                if key is not None and recorded_key == key:
+                    recorded = candidate
+                    del queue[i]
+                    break
+            else:
+                recorded = queue.popleft()[1]
         if on_chunk is not None:
             on_chunk(recorded.text)
         return ModelResponse(

@@ -201,3 +201,79 @@ def test_what_the_wire_reported_is_recorded_and_replayed(tmp_path, chat_server, 
         live.retries,
         live.response_format,
     )
+
+
+# --- calls of one step in flight at once (branches) ----------------------------------------
+
+
+def _line(step: str, text: str, reply: str) -> str:
+    request = {"messages": [{"role": "user", "content": text}], "model": "m"}
+    return json.dumps({"step_id": step, "response": reply, "request": request})
+
+
+def test_a_replayed_call_takes_the_recording_of_its_own_request(tmp_path):
+    cassette = tmp_path / "c.jsonl"
+    # recorded as the branches finished: b's call first
+    lines = [_line("answer", "about b", "B"), _line("answer", "about a", "A")]
+    cassette.write_text("\n".join(lines) + "\n")
+    replay = resolve_provider(None, settings={}, cli_spec=f"replay:{cassette}")
+    assert ask(replay, "answer", "about a").text == "A"
+    assert ask(replay, "answer", "about b").text == "B"
+
+
+def test_a_request_no_recording_matches_takes_the_steps_next_in_order(tmp_path):
+    cassette = tmp_path / "c.jsonl"
+    lines = [_line("answer", "old prompt 1", "one"), _line("answer", "old prompt 2", "two")]
+    cassette.write_text("\n".join(lines) + "\n")
+    replay = resolve_provider(None, settings={}, cli_spec=f"replay:{cassette}")
+    assert [ask(replay, "answer", "edited").text for _ in range(2)] == ["one", "two"]
+
+
+def test_a_map_recorded_at_once_replays_at_once_to_the_same_results(tmp_path, chat_server, runner):
+    from runtime.cli import cli
+
+    pipeline = tmp_path / "p.yaml"
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "say.txt").write_text("You say one thing.")
+    pipeline.write_text(
+        """
+settings: {entry_step_id: each}
+inputs: {things: {type: array}}
+steps:
+  - id: each
+    type: map
+    items_from: things
+    as: thing
+    max_concurrency: 4
+    results_to: answers
+    steps:
+      - id: ask
+        action: call_model
+        prompt_key: say
+        user_parts: {thing: {source: thing, template: "Say something about {}"}}
+        next: keep
+      - {id: keep, action: set_variables, rules: [{set: answer, from: last_model_response}], end: true}
+    next: done
+  - {id: done, action: finalize, source: answers, end: true}
+"""
+    )
+    things = json.dumps(["apples", "bees", "clocks", "dunes"])
+    chat_server.script = [{"reply": f"reply {i}"} for i in range(4)]
+    cassette = tmp_path / "c.jsonl"
+    live = runner.invoke(
+        cli,
+        ["exec", str(pipeline), "--input", f"things={things}", "--json", "--store"]
+        + [str(tmp_path / "r.db"), "--model", f"openai:m@{chat_server.url}"]
+        + ["--record", str(cassette)],
+    )
+    assert live.exit_code == 0, live.output
+    recorded = json.loads(live.stdout)["output"]["final_answer"]
+    assert sorted(recorded) == [f"reply {i}" for i in range(4)]
+    for attempt in range(4):  # the branches call in whatever order they get to
+        again = runner.invoke(
+            cli,
+            ["exec", str(pipeline), "--input", f"things={things}", "--json", "--store"]
+            + [str(tmp_path / f"r{attempt}.db"), "--model", f"replay:{cassette}"],
+        )
+        assert again.exit_code == 0, again.output
+        assert json.loads(again.stdout)["output"]["final_answer"] == recorded
