@@ -653,7 +653,8 @@ def test_cancelling_the_run_cancels_every_branch(tmp_path):
 def test_under_arun_the_branches_are_tasks_of_the_callers_loop(tmp_path):
     import asyncio
 
-    items = [{"n": 0, "barrier": True}, {"n": 1, "barrier": True}]
+    # (each branch stays 0.3 s after the barrier: the watcher, every 5 ms, sees its task)
+    items = [{"n": i, "barrier": True, "sleep": 0.3} for i in (0, 1)]
     store = runtime.SqliteRunStore(str(tmp_path / "runs.db"))
     runner = runtime.Runner(
         load(tmp_path, map_pipeline(items, max_concurrency=2)), registry=registry(), store=store

@@ -260,20 +260,15 @@ steps:
     things = json.dumps(["apples", "bees", "clocks", "dunes"])
     chat_server.script = [{"reply": f"reply {i}"} for i in range(4)]
     cassette = tmp_path / "c.jsonl"
-    live = runner.invoke(
-        cli,
-        ["exec", str(pipeline), "--input", f"things={things}", "--json", "--store"]
-        + [str(tmp_path / "r.db"), "--model", f"openai:m@{chat_server.url}"]
-        + ["--record", str(cassette)],
-    )
+    base = ["exec", str(pipeline), "--input", f"things={things}", "--json", "--store"]
+    record = ["--model", f"openai:m@{chat_server.url}", "--record", str(cassette)]
+    live = runner.invoke(cli, [*base, str(tmp_path / "r.db"), *record])
     assert live.exit_code == 0, live.output
     recorded = json.loads(live.stdout)["output"]["final_answer"]
     assert sorted(recorded) == [f"reply {i}" for i in range(4)]
     for attempt in range(4):  # the branches call in whatever order they get to
         again = runner.invoke(
-            cli,
-            ["exec", str(pipeline), "--input", f"things={things}", "--json", "--store"]
-            + [str(tmp_path / f"r{attempt}.db"), "--model", f"replay:{cassette}"],
+            cli, [*base, str(tmp_path / f"r{attempt}.db"), "--model", f"replay:{cassette}"]
         )
         assert again.exit_code == 0, again.output
         assert json.loads(again.stdout)["output"]["final_answer"] == recorded
