@@ -432,8 +432,58 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
+# --- PostgreSQL (issue 34): one real server per session (per xdist worker) -------------
+_PG_FIXTURES = {"pg_server", "pg_url", "pg_private_server"}
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> _Iterator[Any]:
+    """A real PostgreSQL 15 started for this session (tests/postgres.py); skips without one."""
+    from tests import postgres
+
+    why = postgres.unavailable()
+    if why:
+        pytest.skip(why)
+    server = postgres.PostgresServer.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> _Iterator[str]:
+    """A fresh, empty database on the session's server, dropped after the test."""
+    url = pg_server.create_database()
+    try:
+        yield url
+    finally:
+        pg_server.drop_database(url.rsplit("/", 1)[1])
+
+
+@pytest.fixture
+def pg_private_server() -> _Iterator[Any]:
+    """A server of the test's own, which it may stop and restart (a store going away)."""
+    from tests import postgres
+
+    why = postgres.unavailable()
+    if why:
+        pytest.skip(why)
+    server = postgres.PostgresServer.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that load the real MiniLM weights are slow (seconds each): `-m "not slow"` skips them."""
+    """Tests that load the real MiniLM weights are slow (seconds each): `-m "not slow"` skips them.
+
+    Tests using a Postgres fixture are marked `postgres` (`-m "not postgres"` leaves them out).
+    """
     for item in items:
-        if "minilm_dir" in getattr(item, "fixturenames", ()):
+        names = set(getattr(item, "fixturenames", ()))
+        if "minilm_dir" in names:
             item.add_marker(pytest.mark.slow)
+        if names & _PG_FIXTURES:
+            item.add_marker(pytest.mark.postgres)
