@@ -22,6 +22,7 @@ A prompt sent over its budget (possible only in dry_run) increments the run coun
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -175,6 +176,7 @@ def stage(
     thread: str | None = None,
     preamble_tokens: int = 0,
     record: dict[str, Any] | None = None,
+    tool_spec_tokens: int = 0,
 ) -> tuple[list[dict[str, Any]], int]:
     """Apply the step's context policy; the messages to send and their exact token count.
 
@@ -192,6 +194,9 @@ def stage(
     config = provider.config
     margin = config.token_margin  # the tokenizer may not be the model's (docs/models.md)
     profile = pol.model_profile(config.name, config.context_window, reserve, cfg, margin)
+    full_budget = profile.budget
+    if tool_spec_tokens:  # the specs are sent beside the messages: their room comes first
+        profile = dataclasses.replace(profile, budget=profile.budget - tool_spec_tokens)
     counter = ctx.services.tokens_for(config)
     turns = len(ctx.thread(thread)) if thread else 0
     user = user_pieces(ctx, render, note, escape) if cfg.enabled else []
@@ -242,13 +247,15 @@ def stage(
         )
     if record is not None:
         record.update(
-            budget=profile.budget,
+            budget=full_budget,  # the pack's prompt budget: the messages and the specs
             # Before the trigger's compaction too: the pack's drop report accounts for both.
             original_tokens=decision.original_tokens
             + (auto.tokens_before - auto.tokens_after if auto else 0),
             summarised=compacted + ([] if cfg.dry_run else list(decision.summarised)),
         )
     data.update(tokenizer=config.tokenizer, token_margin=margin)
+    if tool_spec_tokens:
+        data.update(tool_spec_tokens=tool_spec_tokens, budget_with_tool_specs=full_budget)
     if decision.decision == "reject":
         # The prompt as it came, for `runtime trace RUN --step ID --full` (or --messages).
         ctx.trace("CONTEXT_BUDGET_DECISION", **data, messages=rejected_prompt(plain(messages)))
@@ -256,8 +263,9 @@ def stage(
         raise ContextOverflowError(
             f"prompt {bound}{decision.prompt_tokens} tokens exceeds the "
             f"{decision.budget}-token prompt budget of {config.name} ({config.context_window}-"
-            f"token window, {decision.reserve} reserved for output) by {bound}"
-            f"{decision.deficit}: {decision.reason}",
+            f"token window, {decision.reserve} reserved for output"
+            f"{f', {tool_spec_tokens} for the tool specs offered' if tool_spec_tokens else ''}"
+            f") by {bound}{decision.deficit}: {decision.reason}",
             step_id=ctx.step_id,
             hint=f"{decision.hint} The rejected prompt: runtime trace {ctx.run_id} --step "
             f"{ctx.step_id} --messages (the decision's numbers: --full).",
@@ -268,10 +276,11 @@ def stage(
         hard = pol.model_profile(
             config.name, config.context_window, profile.reserve, pol.PolicyConfig(), margin
         )
-        if tokens > hard.budget:
+        if tokens + tool_spec_tokens > hard.budget:
             ctx.trace("CONTEXT_BUDGET_DECISION", **data, sent_tokens=None)
+            specs = f" + {tool_spec_tokens} of tool specs" if tool_spec_tokens else ""
             raise ContextOverflowError(
-                f"prompt {tokens} tokens + {profile.reserve} reserved for output exceeds the "
+                f"prompt {tokens} tokens{specs} + {profile.reserve} reserved for output exceeds the "
                 f"{config.context_window}-token window of {config.name} (context_policy dry_run"
                 f"{f', token_margin {margin:g}' if margin else ''})",
                 step_id=ctx.step_id,

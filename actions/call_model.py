@@ -563,6 +563,7 @@ class CallModel(Action):
         thread: str | None = None,
         preamble_tokens: int = 0,
         record: dict[str, Any] | None = None,
+        tool_spec_tokens: int = 0,
     ) -> tuple[list[dict[str, str]], int]:
         """The context policy (actions/_budget.py): messages to send, their exact tokens.
 
@@ -585,6 +586,7 @@ class CallModel(Action):
             thread=thread,
             preamble_tokens=preamble_tokens,
             record=record,
+            tool_spec_tokens=tool_spec_tokens,
         )
 
     def assemble(
@@ -687,18 +689,17 @@ class CallModel(Action):
         thread = fidelity.get("thread_id") if fidelity.get("fidelity") == "full" else None
         preamble = int(fidelity.get("preamble_tokens") or 0)
         budget: dict[str, Any] = {}
+        count = ctx.services.tokens_for(provider.config).count
+        offered = self.offered_tools(ctx, count) if ctx.step.get("tools") else []
+        # The first request carries the offered tools' specs: the messages get what is left.
+        specs = sum(count(json.dumps(t.spec(), sort_keys=True)) for t in offered)
         messages, prompt_tokens = self.budget_stage(
-            ctx, provider, messages, reserve, thread, preamble, budget
+            ctx, provider, messages, reserve, thread, preamble, budget, specs
         )
         if mask is not None:  # the system prompt and the preamble's notes too
             messages, prompt_tokens = mask.final(messages, prompt_tokens, provider, ctx)
             own = mask.messages(own)
             mask.trace()
-        offered = (
-            self.offered_tools(ctx, ctx.services.tokens_for(provider.config).count)
-            if ctx.step.get("tools")
-            else []
-        )
         self.record_pack(
             ctx, provider, messages, prompt_tokens, fidelity, budget, [t.name for t in offered]
         )
