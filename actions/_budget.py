@@ -254,8 +254,10 @@ def stage(
             summarised=compacted + ([] if cfg.dry_run else list(decision.summarised)),
         )
     data.update(tokenizer=config.tokenizer, token_margin=margin)
-    if tool_spec_tokens:
-        data.update(tool_spec_tokens=tool_spec_tokens, budget_with_tool_specs=full_budget)
+    if tool_spec_tokens:  # `budget` stays the prompt budget; the messages had less
+        data.update(
+            budget=full_budget, tool_spec_tokens=tool_spec_tokens, messages_budget=profile.budget
+        )
     if decision.decision == "reject":
         # The prompt as it came, for `runtime trace RUN --step ID --full` (or --messages).
         ctx.trace("CONTEXT_BUDGET_DECISION", **data, messages=rejected_prompt(plain(messages)))

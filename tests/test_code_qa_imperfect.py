@@ -121,12 +121,13 @@ def test_the_structured_steps_schemas_say_what_the_routers_need(code_qa):
 
 
 def test_a_small_window_shortens_summaries_instead_of_failing(code_qa, sample_index, tmp_path):
-    # A 3,200-token window with a 0.3 margin (a local model counted with cl100k_base): at
-    # the configured 200-token summaries the pointer blocks alone overflow the answer's
-    # budget; shorter summaries fit, and the decision says so.
+    # A 3,400-token window with a 0.3 margin (a local model counted with cl100k_base): at
+    # the configured 200-token summaries the pointer blocks (and the rehydrate spec the
+    # answer offers) overflow the answer's budget; shorter summaries fit, and the
+    # decision says so.
     route = {"decision": "retrieve", "query": "OrderLines stored procedure"}
     cassette = tmp_path / "small.jsonl"
-    first = {"step_id": "route", "response": json.dumps(route), "context_window": 3200}
+    first = {"step_id": "route", "response": json.dumps(route), "context_window": 3400}
     lines = [
         {**first, "token_margin": 0.3},
         {"step_id": "check", "response": '{"decision": "sufficient"}'},

@@ -98,7 +98,7 @@ def test_messages_plus_specs_exactly_at_the_budget_are_sent_whole(tmp_path):
     decision = first(result, "CONTEXT_BUDGET_DECISION")
     assert decision["summarised"] == [] and decision["sent_tokens"] == prompt
     assert decision["tool_spec_tokens"] == specs
-    assert decision["budget"] == prompt and decision["budget_with_tool_specs"] == prompt + specs
+    assert decision["messages_budget"] == prompt and decision["budget"] == prompt + specs
     pack = result.packs[0]
     assert pack["tokens"]["tool_specs"] == specs
     assert pack["tokens"]["prompt"] + pack["tokens"]["tool_specs"] <= pack["prompt_budget"]
