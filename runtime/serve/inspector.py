@@ -1,0 +1,131 @@
+"""The run inspector: `GET /` and its pages, mounted by the server (`runtime serve`).
+
+Pages are HTML built on the server (runtime/serve/_pages.py) with one small script and one
+stylesheet shipped in the package (runtime/_data/inspector/); nothing is fetched from a
+network. Every response carries a Content-Security-Policy that allows no inline script and
+nothing from another origin, so even markup that slipped through escaping would not run.
+
+Routes:
+    GET /                               runs list (?pipeline=&status=)
+    GET /inspect/runs/{run_id}          one run
+    GET /inspect/api/runs               the runs list as JSON (the list page polls it)
+    GET /inspect/api/runs/{run_id}      a run's status and event count (its page polls it)
+    GET /inspect/static/{name}          the script and the stylesheet
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import BaseRoute
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+STATIC = {"inspector.js": "text/javascript", "inspector.css": "text/css"}
+LIMIT = 200  # runs listed
+
+
+class RunsReader(Protocol):
+    """What the inspector reads of the run store (h33api's RunsService provides it)."""
+
+    def list_runs(
+        self, *, pipeline: str | None = None, status: str | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]: ...
+    def get_run(self, run_id: str) -> dict[str, Any]: ...
+    def trace(self, run_id: str) -> list[dict[str, Any]]: ...
+    def packs(self, run_id: str) -> list[dict[str, Any]]: ...
+    def graph(self, run_id: str) -> dict[str, Any] | None: ...
+    def eval_reports(self, run_id: str) -> list[dict[str, Any]]: ...
+    def pipelines(self) -> list[str]: ...
+
+
+def static_text(name: str) -> str:
+    """A file of the inspector's assets, read from the installed package."""
+    return (resources.files("step_runtime_data") / "inspector" / name).read_text("utf-8")
+
+
+def inspector_routes(runs: RunsReader) -> list[BaseRoute]:
+    """The inspector's routes over a runs reader, for the server to mount."""
+    from starlette.responses import HTMLResponse, JSONResponse, Response
+    from starlette.routing import Route
+
+    from runtime.errors import RunError
+    from runtime.serve import _pages
+
+    def html(text: str, status: int = 200) -> Response:
+        return HTMLResponse(text, status_code=status, headers=HEADERS)
+
+    def json(data: Any, status: int = 200) -> Response:
+        return JSONResponse(data, status_code=status, headers=HEADERS)
+
+    def filters(request: Request) -> tuple[str | None, str | None]:
+        pipeline = request.query_params.get("pipeline") or None
+        status = request.query_params.get("status") or None
+        # an unknown status lists nothing rather than everything
+        return pipeline, status
+
+    async def runs_list(request: Request) -> Response:
+        pipeline, status = filters(request)
+        rows = runs.list_runs(pipeline=pipeline, status=status, limit=LIMIT)
+        return html(_pages.runs_page(rows, runs.pipelines(), pipeline, status))
+
+    async def runs_json(request: Request) -> Response:
+        pipeline, status = filters(request)
+        rows = runs.list_runs(pipeline=pipeline, status=status, limit=LIMIT)
+        return json({"runs": [_pages.run_row(r) for r in rows]})
+
+    def found(run_id: str) -> dict[str, Any] | None:
+        try:
+            return runs.get_run(run_id)
+        except RunError as err:
+            if err.code == "RUN_NOT_FOUND":
+                return None
+            raise
+
+    async def run_page(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        run = found(run_id)
+        if run is None:
+            return html(_pages.not_found(run_id), 404)
+        page = _pages.run_page(
+            run,
+            runs.trace(run_id),
+            runs.packs(run_id),
+            runs.graph(run_id),
+            runs.eval_reports(run_id),
+        )
+        return html(page)
+
+    async def run_json(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        run = found(run_id)
+        if run is None:
+            return json({"error": {"code": "RUN_NOT_FOUND", "message": "no such run"}}, 404)
+        events = runs.trace(run_id)
+        return json({"run_id": run_id, "status": run.get("status"), "events": len(events)})
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC:  # a fixed list: no path reaches the file system
+            return Response("not found", status_code=404, headers=HEADERS)
+        return Response(static_text(name), media_type=STATIC[name], headers=HEADERS)
+
+    return [
+        Route("/", runs_list, methods=["GET"]),
+        Route("/inspect/runs/{run_id:path}", run_page, methods=["GET"]),
+        Route("/inspect/api/runs", runs_json, methods=["GET"]),
+        Route("/inspect/api/runs/{run_id:path}", run_json, methods=["GET"]),
+        Route("/inspect/static/{name}", static, methods=["GET"]),
+    ]

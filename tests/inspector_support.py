@@ -1,0 +1,145 @@
+"""Runs for the inspector's tests, a runs reader over their store, and a live server.
+
+`make_runs` runs pipelines/code_qa.yaml on the indexed sample twice: once with the offline
+extractive model (packs, drops, a cited answer), once against a scripted chat server whose
+replies are hostile (markup, quotes, terminal escapes) and whose first reply is not JSON,
+so the route step is retried. `serve` starts uvicorn on 127.0.0.1 in a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PIPELINE = str(ROOT / "pipelines" / "code_qa.yaml")
+SAMPLE = str(ROOT / "pipelines" / "sample" / "eshop")
+QUESTION = "Which stored procedure writes the OrderLines table and who calls it?"
+# what a hostile question, document or model reply may hold
+HOSTILE = (
+    "<script>alert('x')</script> \"quoted\" 'single' <img src=x onerror=alert(2)> "
+    "\x1b[31mRED\x1b[0m &amp; </pre></td></table>"
+)
+HOSTILE_REPLY = f"The answer is {HOSTILE} [eshop::main::procedure::dbo.usp_PlaceOrder]"
+
+
+class StoreRuns:
+    """A stand-in runs reader over a SQLite run store (the server's RunsService in tests)."""
+
+    def __init__(self, store_path: str) -> None:
+        from runtime.engine.store import SqliteRunStore
+
+        self.store = SqliteRunStore(store_path, create=False)
+
+    def list_runs(
+        self, *, pipeline: str | None = None, status: str | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        return self.store.runs(limit, status=status, pipeline=pipeline)
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        loaded = self.store.load(run_id)  # RUN_NOT_FOUND for an unknown id
+        row = next(r for r in self.store.runs(10_000) if r["run_id"] == run_id)
+        return {
+            **row,
+            "inputs": loaded["inputs"],
+            "output": loaded["variables"].get("final_answer"),
+        }
+
+    def trace(self, run_id: str) -> list[dict[str, Any]]:
+        return self.store.events(run_id)
+
+    def packs(self, run_id: str) -> list[dict[str, Any]]:
+        return self.store.packs(run_id)
+
+    def graph(self, run_id: str) -> dict[str, Any] | None:
+        from runtime.contract.registry import default_registry
+        from runtime.format.validation import load_pipeline
+        from runtime.serve._svg import graph_data
+
+        pipeline = load_pipeline(self.store.run_file(run_id), for_execution=False)
+        return graph_data(pipeline, default_registry())
+
+    def eval_reports(self, run_id: str) -> list[dict[str, Any]]:
+        return []
+
+    def pipelines(self) -> list[str]:
+        return sorted({str(r["pipeline"]) for r in self.store.runs(10_000)})
+
+
+def make_runs(tmp: Path) -> str:
+    """Index the sample and run code_qa twice (ids `good` and `hostile`); the store's path."""
+    from chat_support import Server
+    from click.testing import CliRunner
+
+    from runtime.cli import cli
+
+    index, store = str(tmp / "index.db"), str(tmp / "runs.db")
+    runner = CliRunner()
+    done = runner.invoke(cli, ["index", SAMPLE, "--repository", "eshop", "--index", index])
+    assert done.exit_code == 0, done.output
+    common = ["exec", PIPELINE, "--store", store, "--index", index]
+    done = runner.invoke(
+        cli,
+        [*common, "--run-id", "good", "--model", "extractive", "--input", f"question={QUESTION}"],
+    )
+    assert done.exit_code == 0, done.output
+    route = json.dumps({"decision": "retrieve", "query": "OrderLines " + HOSTILE})
+    check = json.dumps({"decision": "sufficient", "query": "OrderLines"})
+    server = Server(["this is not JSON", route, check, HOSTILE_REPLY])
+    try:
+        done = runner.invoke(
+            cli,
+            [
+                *common,
+                "--run-id",
+                "hostile",
+                "--model",
+                f"openai:m@{server.url}",
+                "--input",
+                f"question=Who writes OrderLines? {HOSTILE}",
+            ],
+            env={"OPENAI_API_KEY": "sk-test"},
+        )
+    finally:
+        server.close()
+    assert done.exit_code == 0, done.output
+    return store
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve(runs: Any) -> Iterator[str]:
+    """uvicorn serving the inspector's routes on 127.0.0.1 (a free port); yields its URL."""
+    import uvicorn
+    from starlette.applications import Starlette
+
+    from runtime.serve.inspector import inspector_routes
+
+    app = Starlette(routes=inspector_routes(runs))
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -1,0 +1,163 @@
+"""The inspector's pages over real runs of code_qa, read with httpx from a real uvicorn server."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import httpx
+import pytest
+
+pytest.importorskip("starlette", reason="the serve extra (starlette, uvicorn) is not installed")
+
+from inspector_support import HOSTILE, QUESTION, StoreRuns, make_runs, serve
+
+from runtime.serve.inspector import CSP
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return StoreRuns(make_runs(tmp_path_factory.mktemp("inspector")))
+
+
+@pytest.fixture(scope="module")
+def url(runs):
+    with serve(runs) as base:
+        yield base
+
+
+def get(url: str, path: str, **params: str) -> httpx.Response:
+    return httpx.get(url + path, params=params, timeout=30)
+
+
+def text_of(page: str) -> str:
+    """The page's visible text, roughly: tags removed, entities decoded."""
+    return html.unescape(re.sub(r"<[^>]+>", " ", page))
+
+
+def test_runs_list_names_both_runs_with_status_and_links(url):
+    resp = get(url, "/")
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/html")
+    assert resp.headers["content-security-policy"] == CSP
+    page = resp.text
+    assert 'href="/inspect/runs/good"' in page
+    assert 'href="/inspect/runs/hostile"' in page
+    assert page.count('<span class="status completed">completed</span>') == 2
+
+
+def test_runs_list_filters_by_status_and_pipeline(url):
+    assert "/inspect/runs/good" not in get(url, "/", status="failed").text
+    assert "No runs match." in get(url, "/", status="failed").text
+    assert "/inspect/runs/good" in get(url, "/", status="completed").text
+    assert "/inspect/runs/good" in get(url, "/", pipeline="code_qa").text
+    assert "/inspect/runs/good" not in get(url, "/", pipeline="other").text
+
+
+def test_runs_json_is_what_the_list_page_polls(url):
+    page = get(url, "/", status="completed").text
+    poll = html.unescape(re.search(r'data-poll="([^"]+)"', page).group(1))
+    assert poll == "/inspect/api/runs?status=completed"
+    rows = httpx.get(url + poll, timeout=30).json()["runs"]
+    assert {r["run_id"] for r in rows} == {"good", "hostile"}
+    assert {r["url"] for r in rows} == {"/inspect/runs/good", "/inspect/runs/hostile"}
+    assert get(url, "/inspect/api/runs", status="failed").json() == {"runs": []}
+    one = get(url, "/inspect/api/runs/good").json()
+    assert one["status"] == "completed" and one["events"] > 20
+
+
+def test_run_page_timeline_has_every_step_in_order_with_durations(url, runs):
+    page = get(url, "/inspect/runs/good").text
+    timeline = page[page.index('id="timeline"') : page.index('id="calls"')]
+    steps = [e for e in runs.trace("good") if e["type"] == "STEP"]
+    rows = re.findall(r"<tr><td>(\d+)</td><td>([^<]+)</td><td>([^<]+)</td>", timeline)
+    assert [(int(s), sid) for s, sid, _ in rows] == [(e["seq"], e["step_id"]) for e in steps]
+    assert rows[-1][1] == "finish"
+    # one bar per step, with its duration
+    assert timeline.count('<rect class="bar') == len(steps)
+    assert f"{steps[0]['duration_ms']:.3f}" in timeline
+
+
+def test_retries_show_on_the_retried_step(url):
+    page = get(url, "/inspect/runs/hostile").text
+    timeline = page[page.index('id="timeline"') : page.index('id="calls"')]
+    route = re.search(
+        r"<tr><td>\d+</td><td>route</td><td>call_model</td><td>(\d+)</td><td>(\d+)</td>", timeline
+    )
+    assert route.groups() == ("2", "1")  # attempt 2, after one retry
+    other = re.search(r"<td>check</td><td>call_model</td><td>(\d+)</td><td>(\d+)</td>", timeline)
+    assert other.groups() == ("1", "0")
+    assert timeline.count('class="bar retried"') == 1
+
+
+def test_model_calls_show_the_prompt_and_the_reply(url, runs):
+    page = get(url, "/inspect/runs/good").text
+    calls = page[page.index('id="calls"') : page.index('id="context"')]
+    model_calls = [e for e in runs.trace("good") if e["type"] == "MODEL_CALL"]
+    assert f"Model calls ({len(model_calls)})" in calls
+    answer = model_calls[-1]
+    system = answer["messages"][0]["content"]
+    shown = text_of(calls)
+    assert system.split("\n")[0] in shown
+    assert QUESTION in shown
+    assert answer["reply"].split("\n")[0] in shown
+
+
+def test_context_packs_show_sections_items_and_drops(url, runs):
+    page = get(url, "/inspect/runs/good").text
+    ctx = page[page.index('id="context"') : page.index('id="graph"')]
+    packs = runs.packs("good")
+    assert f"Context packs ({len(packs)})" in ctx
+    answer = packs[-1]
+    knowledge = next(s for s in answer["sections"] if s["type"] == "knowledge")
+    assert f"<td>knowledge</td><td>-</td><td>{knowledge['tokens']}</td>" in ctx or (
+        f"<td>knowledge</td><td>{knowledge['budget']}" in ctx
+    )
+    for item in knowledge["items"]:
+        assert f"<td>{html.escape(item['id'])}</td>" in ctx
+    drops = answer["drops"]["items"]
+    assert drops, "the sample's answer pack drops duplicates"
+    assert f"Dropped: {len(drops)} item(s)" in ctx
+    for d in drops:
+        assert f"<td>{html.escape(d['id'])}</td><td>{d['reason']}</td>" in ctx
+
+
+def test_graph_is_server_drawn_svg_with_every_step_and_visited_marked(url, runs):
+    page = get(url, "/inspect/runs/good").text
+    graph = page[page.index('id="graph"') : page.index('id="evals"')]
+    data = runs.graph("good")
+    assert graph.count('<g class="node') == len(data["nodes"])
+    ran = {e["step_id"] for e in runs.trace("good") if e["type"] == "STEP"}
+    visited = re.findall(r'<g class="node[^"]*visited[^"]*">.*?<title>([^<]+)</title>', graph)
+    assert set(visited) == ran
+    assert "route retrieve" in graph or "retrieve" in graph  # an edge label
+
+
+def test_unknown_run_is_404_and_unknown_static_file_is_refused(url):
+    resp = get(url, "/inspect/runs/nope")
+    assert resp.status_code == 404
+    assert "No run nope" in resp.text
+    assert get(url, "/inspect/api/runs/nope").json()["error"]["code"] == "RUN_NOT_FOUND"
+    assert get(url, "/inspect/static/../../pyproject.toml").status_code == 404
+    assert get(url, "/inspect/static/secret.txt").status_code == 404
+    js = get(url, "/inspect/static/inspector.js")
+    assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
+
+
+def test_pages_load_nothing_from_another_origin_and_no_inline_script(url):
+    for path in ("/", "/inspect/runs/good", "/inspect/runs/hostile"):
+        page = get(url, path).text
+        assert not re.search(r"(src|href)=\"(https?:)?//", page), path
+        scripts = re.findall(r"<script[^>]*>", page)
+        assert scripts == ['<script src="/inspect/static/inspector.js" defer>'], path
+        assert " style=" not in page and "<style" not in page, path
+
+
+def test_hostile_values_are_escaped_in_every_page(url):
+    for path in ("/", "/inspect/runs/hostile", "/inspect/api/runs"):
+        page = get(url, path).text
+        assert "<script>alert" not in page
+        assert "<img src=x" not in page
+        assert "\x1b" not in page
+    page = get(url, "/inspect/runs/hostile").text
+    assert html.escape(HOSTILE.replace("\x1b", "\\x1b"), quote=True) in page
