@@ -9,6 +9,9 @@
    pack, 17 items, 2 drops), read back as JSON and as the rich table, in a fresh process
    (start-up included), stdout to a pipe.
 
+Also the recording with orjson turned off (runtime/context/canonical.py: the same bytes
+from json alone), and the ledger entries the call adds (benchmarks/ledger.py measures them).
+
 Run: python benchmarks/packs.py
 """
 
@@ -191,8 +194,28 @@ def _ensure_run(store: Any, run_id: str) -> None:
     assert Engine(pipeline, store=store).run({}, run_id=run_id).status == "completed"
 
 
+def without_orjson() -> dict[str, float]:
+    """The recording with canonical JSON by the standard library alone."""
+    from runtime.context import canonical
+
+    canonical.use_fast(False)
+    try:
+        got = recording()
+    finally:
+        canonical.use_fast(True)
+    return {
+        "record_cpu_median_ms_json_only": got["record_cpu_median_ms"],
+        "record_cpu_p90_ms_json_only": got["record_cpu_p90_ms"],
+    }
+
+
 def main() -> None:
-    results = {**recording(), **context_command(), "load_average": os.getloadavg()[0]}
+    results = {
+        **recording(),
+        **without_orjson(),
+        **context_command(),
+        "load_average": os.getloadavg()[0],
+    }
     print(json.dumps({k: round(v, 4) for k, v in results.items()}, indent=1))
 
 

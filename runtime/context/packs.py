@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from runtime.context import canonical
 from runtime.errors import RunError
 
 VERSION = 1
@@ -71,7 +72,7 @@ def content_hash(text: str) -> str:
 def prompt_hash(messages: Sequence[Mapping[str, Any]]) -> str:
     """sha256 of the messages sent (role and content, canonical JSON)."""
     body = [{"role": m.get("role"), "content": m.get("content") or ""} for m in messages]
-    return content_hash(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
+    return "sha256:" + hashlib.sha256(canonical.compact_utf8(body)).hexdigest()
 
 
 # Kept beside the body, not in it: the run (a column), the id (the body's hash), the number.
@@ -81,10 +82,7 @@ OUTSIDE_BODY = frozenset({"run_id", "pack_id", "seq"})
 def canonical_bytes(pack: Mapping[str, Any]) -> bytes:
     """The pack's body: canonical JSON (sorted keys, no spaces, UTF-8) of all but its run id,
     pack id and number. What the store keeps and a ledger hashes; the pack id is its hash."""
-    body = {k: v for k, v in pack.items() if k not in OUTSIDE_BODY}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
-        "utf-8", "surrogatepass"
-    )
+    return canonical.sorted_utf8({k: v for k, v in pack.items() if k not in OUTSIDE_BODY})
 
 
 def pack_id_of(body: bytes) -> str:

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from runtime.context.canonical import sorted_ascii
 
 GENESIS = "0" * 64
 KEY_ENV = "RUNTIME_LEDGER_KEY"
@@ -65,13 +66,10 @@ EVENT_KINDS: dict[str, str] = {
 }
 
 
-# One encoder, built once: json.dumps with options builds a new one at every call.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
 def canonical(value: Any) -> bytes:
-    """The canonical JSON of a value: sorted keys, no spaces, ASCII."""
-    return _CANONICAL.encode(value).encode()
+    """The canonical JSON of a value: sorted keys, no spaces, ASCII (the same bytes with
+    or without orjson: runtime/context/canonical.py)."""
+    return sorted_ascii(value)
 
 
 def sha256(data: bytes | str) -> str:
