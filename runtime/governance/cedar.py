@@ -21,7 +21,7 @@ from typing import Any
 
 from runtime.errors import RunError
 from runtime.governance.access_policy import Decision, Resource, decision_id, failed
-from runtime.governance.subject import Subject
+from runtime.governance.subject import TENANT_PREFIX, Subject
 
 ENTITY_TYPES = {"node": "Node", "pointer": "Pointer", "memory": "Memory", "file": "File"}
 
@@ -93,16 +93,22 @@ class CedarEngine:
     @staticmethod
     def entity(resource: Resource) -> dict[str, Any]:
         """A resource as a Cedar entity (attributes only, never text)."""
-        d = resource.to_dict()
+        # Built here, not through Resource.to_dict: this runs once per candidate.
+        labels, tenants = [], []
+        for label in sorted(resource.labels):
+            if label.startswith(TENANT_PREFIX):
+                tenants.append(label[len(TENANT_PREFIX) :])
+            else:
+                labels.append(label)
         return {
             "uid": {"type": ENTITY_TYPES.get(resource.type, "Node"), "id": resource.id},
             "attrs": {
-                "labels": d["labels"],
-                "tenants": d["tenants"],
-                "repository": d["repository"] or "",
-                "snapshot": d["snapshot"] or "",
-                "path": d["path"] or "",
-                "kind": d["kind"] or "",
+                "labels": labels,
+                "tenants": tenants,
+                "repository": resource.repository or "",
+                "snapshot": resource.snapshot or "",
+                "path": resource.path or "",
+                "kind": resource.kind or "",
             },
             "parents": [],
         }
@@ -121,13 +127,11 @@ class CedarEngine:
 
         principal = self.principal(subject)
         entities = [principal] + [self.entity(r) for r in resources]
+        verb = {"type": "Action", "id": action}
+        # No `context` key: an empty context is Cedar's default, and a dict one is
+        # serialised and the request copied by cedarpy, once per candidate.
         requests = [
-            {
-                "principal": principal["uid"],
-                "action": {"type": "Action", "id": action},
-                "resource": e["uid"],
-                "context": {},
-            }
+            {"principal": principal["uid"], "action": verb, "resource": e["uid"]}
             for e in entities[1:]
         ]
         try:
@@ -144,12 +148,13 @@ class CedarEngine:
         out = []
         digest = subject.digest()
         for r, res in zip(resources, results, strict=True):
-            errors = list(getattr(res.diagnostics, "errors", []) or [])
+            diagnostics = res.diagnostics
+            errors = list(getattr(diagnostics, "errors", []) or [])
             if errors:
                 out += failed(self.name, subject, action, [r], f"evaluation error: {errors[0]}")
                 continue
             ok = bool(res.allowed)
-            reasons = sorted(getattr(res.diagnostics, "reasons", []) or [])
+            reasons = sorted(getattr(diagnostics, "reasons", []) or [])
             why = (
                 f"permitted by Cedar policy {', '.join(map(str, reasons))}"
                 if ok

@@ -510,6 +510,9 @@ def index_paths(
             report.embedded = _embed_missing(store, repository, snapshot, embedder, progress)
         if git:
             report.git = _history(store, roots, repository, snapshot, label_rules, prefixes)
+    optimize = getattr(store, "optimize", None)  # SQLite's: other stores keep their own
+    if optimize is not None:
+        optimize()  # one full-text segment: the label-set match seeks once (nodestore)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -13,6 +14,12 @@ from runtime.governance.subject import name_problem
 def meta_token(prefix: str, value: str) -> str:
     """A hidden FTS token for an attribute value (hex keeps any value one token)."""
     return f"zz{prefix}{value.encode().hex()}"
+
+
+def label_set_token(labels_json: str) -> str:
+    """The hidden FTS token naming a node's whole label set (its stored labels JSON): the
+    default rule matches the tokens of the visible sets instead of excluding hidden labels."""
+    return "zzq" + hashlib.sha256(labels_json.encode()).hexdigest()[:16]
 
 
 def scope_value_problem(value: Any) -> str | None:

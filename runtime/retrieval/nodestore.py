@@ -21,7 +21,7 @@ from typing import Any
 
 from runtime.context.tokens import CUT_RULE, digest
 from runtime.errors import StoreError, refuse_url
-from runtime.retrieval.node import Node, Scope, meta_token, node_id
+from runtime.retrieval.node import Node, Scope, label_set_token, meta_token, node_id
 from runtime.retrieval.search import SearchPasses
 from runtime.retrieval.words import index_terms
 
@@ -37,6 +37,7 @@ def meta_tokens(node: Node) -> str:
         meta_token("g", node.language),
     ]
     toks += [meta_token("l", label) for label in node.labels]
+    toks.append(label_set_token(json.dumps(sorted(node.labels))))
     return " ".join(toks)
 
 
@@ -177,6 +178,11 @@ _SCHEMA = [
     # layout 3 without a rebuild: a repository indexed before gets one at its next run.
     """CREATE TABLE IF NOT EXISTS repository_roots (repository TEXT PRIMARY KEY,
         root TEXT NOT NULL)""",
+    # Each label set some node carries (its stored labels JSON) and the full-text token
+    # naming it (label_set_token): the default rule becomes a match on the visible sets'
+    # tokens (layout 4). Never pruned: a set no node holds any more matches nothing.
+    """CREATE TABLE IF NOT EXISTS label_sets (token TEXT PRIMARY KEY, labels TEXT NOT NULL)
+        WITHOUT ROWID""",
 ]
 
 
@@ -189,7 +195,10 @@ _RANK_CONFIG = "INSERT INTO nodes_fts (nodes_fts, rank) VALUES ('rank', 'bm25(4.
 # 3: a name defined more than once keeps every definition (path-qualified ids, see
 # node_id), doc headings in the extraction summaries, SameName edges. A layout-2 index
 # holds collapsed nodes an incremental run would never restore, so it is rebuilt.
-INDEX_FORMAT = 3
+# 4: a token per label set in the full-text meta column and the `label_sets` table (issue
+# 28: the default rule matches visible sets instead of excluding hidden labels, +87% ->
+# about +5% on BM25 at 50k nodes); a layout-3 index is migrated in place (_migrate_3).
+INDEX_FORMAT = 4
 
 
 _COLS = (
@@ -230,7 +239,8 @@ class SqliteNodeStore(SearchPasses):
         with self.conn() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             tables = db.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
-            if tables and version != INDEX_FORMAT:
+            migrate = bool(tables) and create and version == 3
+            if tables and version != INDEX_FORMAT and not migrate:
                 if not create:
                     raise StoreError(
                         f"index {path} has layout {version}, this version reads layout "
@@ -241,9 +251,35 @@ class SqliteNodeStore(SearchPasses):
                 self.rebuilt = True
             for statement in _SCHEMA:
                 db.execute(statement)  # IF NOT EXISTS: no write when the index is current
+            if migrate:
+                with db:
+                    self._migrate_3(db)
+                    db.execute("INSERT INTO nodes_fts (nodes_fts) VALUES ('optimize')")
+                    db.execute(f"PRAGMA user_version = {INDEX_FORMAT}")
             if self.rebuilt or not tables:  # written once, not by every reader that opens it
                 db.execute(_RANK_CONFIG)
                 db.execute(f"PRAGMA user_version = {INDEX_FORMAT}")
+
+    @staticmethod
+    def _migrate_3(db: sqlite3.Connection) -> None:
+        """Layout 3 -> 4 in place: each node's label-set token and the set table (one
+        UPDATE per distinct set; the nodes, edges and vectors stay as they are)."""
+        for (labels,) in db.execute("SELECT DISTINCT labels FROM nodes").fetchall():
+            token = label_set_token(labels)
+            db.execute("INSERT OR IGNORE INTO label_sets VALUES (?, ?)", (token, labels))
+            db.execute(
+                "UPDATE nodes_fts SET meta = meta || ' ' || ? "
+                "WHERE rowid IN (SELECT rowid FROM nodes WHERE labels = ?)",
+                (token, labels),
+            )
+
+    @staticmethod
+    def _label_sets(db: sqlite3.Connection, rows: Sequence[NodeRow]) -> None:
+        """Record the label sets of rows being written (see the `label_sets` table)."""
+        db.executemany(
+            "INSERT OR IGNORE INTO label_sets VALUES (?, ?)",
+            [(label_set_token(labels), labels) for labels in sorted({r[12] for r in rows})],
+        )
 
     @staticmethod
     def _drop_all(db: sqlite3.Connection) -> None:
@@ -383,6 +419,7 @@ class SqliteNodeStore(SearchPasses):
             ]
             if labels:
                 db.executemany("INSERT INTO node_labels VALUES (?, ?)", labels)
+            self._label_sets(db, rows)
             db.executemany(
                 "INSERT INTO nodes_fts (rowid, name, body, meta) VALUES (?, ?, ?, ?)",
                 [(base + i, *r[13:16]) for i, r in enumerate(rows)],
@@ -411,6 +448,16 @@ class SqliteNodeStore(SearchPasses):
                     code="INDEX_ERROR",
                 )
         return StoreError(f"{path}: cannot store its nodes: {exc}", code="INDEX_ERROR")
+
+    def optimize(self) -> None:
+        """Merge the full-text index's segments into one (the indexer, after writing).
+
+        A match is joined with the visible label sets' tokens (the default rule); over the
+        dozens of segments a bulk index leaves, each join seeks through every one of them:
+        +10-19% on BM25 p50 at 50k nodes against +3-4% once merged (0.2 s to merge).
+        """
+        with self._write() as db:
+            db.execute("INSERT INTO nodes_fts (nodes_fts) VALUES ('optimize')")
 
     def rename_nodes(self, renames: Sequence[tuple[str, str]]) -> None:
         """Give nodes new ids ((old, new) pairs; an old id no node holds is skipped).
@@ -528,6 +575,7 @@ class SqliteNodeStore(SearchPasses):
                 for label in json.loads(r[12])
             ]
             db.executemany("INSERT INTO node_labels VALUES (?, ?)", labels)
+            self._label_sets(db, rows)
             db.executemany(
                 "INSERT INTO nodes_fts (rowid, name, body, meta) VALUES (?, ?, ?, ?)",
                 [(base + i, *r[13:16]) for i, r in enumerate(rows)],

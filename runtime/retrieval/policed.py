@@ -91,7 +91,11 @@ class AccessView:
         """The built-in rule's denied count: the wider scope's count minus the visible one."""
         if self.candidates == self.scope:
             return
-        hidden = max(0, int(count(self.candidates)) - int(count(self.scope)))
+        self._denied(ledger, max(0, int(count(self.candidates)) - int(count(self.scope))))
+
+    @staticmethod
+    def _denied(ledger: Ledger, hidden: int) -> None:
+        """Count `hidden` nodes in as denied by the default rule in the store query."""
         if hidden:
             ledger.denied += hidden
             reason = "hidden in the store query by the default rule"
@@ -113,8 +117,12 @@ class AccessView:
         ledger = self._ledger("search")
         if not self.engine.per_resource:
             hits = self.store.search(query, scope=self.scope, top_k=top_k, **kw)
+            hidden = getattr(self.store, "count_hidden", None)
             count = getattr(self.store, "count_matches", None)
-            if count is not None:
+            if hidden is not None and self.candidates != self.scope:
+                # One count of the label sets only the wider scope admits (nodestore).
+                self._denied(ledger, hidden(query, wide=self.candidates, narrow=self.scope))
+            elif count is not None:
                 self._hidden(ledger, lambda s: count(query, scope=s))
             ledger.by_query = [h["id"] for h in hits]
             return list(hits)

@@ -4,6 +4,7 @@ any-word BM25 passes, semantic search, and hybrid fusion."""
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import sqlite3
 import threading
@@ -126,6 +127,14 @@ TAIL_POOL = 100
 LOOSE_GATE = 5
 
 
+# The default rule in the full-text match: the visible label sets' tokens (label_set_token)
+# OR-ed and required, while there are at most this many; over it, the hidden labels'
+# tokens excluded with NOT (exact too, but FTS5 then merges every hidden label's postings:
+# +87% on BM25 p50 at 50k nodes with three quarters hidden, against about +5%).
+MAX_SET_TOKENS = 64
+# Required when no label set is visible: a token no node has (a set token is hex).
+NO_SET = "zzqnone"
+
 # BM25 column weights: names count four times the body; the meta column (scope and filter
 # tokens, see meta_tokens) not at all. Passed to bm25() directly: ~30% faster than `rank`.
 _BM25 = "bm25(nodes_fts, 4.0, 1.0, 0.0)"
@@ -221,7 +230,28 @@ class _Stats:
     repositories: frozenset[str]
     snapshots: frozenset[str]
     labels: frozenset[str]
+    # (token, labels) of every label set the index lists; a set whose labels do not read
+    # as a list of strings is left out (its nodes are then matched by no visible set).
+    label_sets: tuple[tuple[str, frozenset[str]], ...] = ()
     doc_counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # (count, cap)
+
+
+def _sets(tokens: Sequence[str]) -> str:
+    """A match on any of these label-set tokens (none: on no node)."""
+    return "(" + (" OR ".join(f"meta:{t}" for t in tokens) or f"meta:{NO_SET}") + ")"
+
+
+def _read_sets(rows: Iterable[tuple[str, str]]) -> tuple[tuple[str, frozenset[str]], ...]:
+    """The `label_sets` rows as (token, labels); unreadable ones left out (hidden)."""
+    out = []
+    for token, text in rows:
+        try:
+            labels = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(labels, list) and all(isinstance(x, str) for x in labels):
+            out.append((token, frozenset(labels)))
+    return tuple(out)
 
 
 class SearchPasses:
@@ -787,12 +817,29 @@ class SearchPasses:
             ),
             snapshots=frozenset(r[0] for r in db.execute("SELECT DISTINCT snapshot FROM nodes")),
             labels=frozenset(r[0] for r in db.execute("SELECT DISTINCT label FROM node_labels")),
+            label_sets=_read_sets(
+                db.execute("SELECT token, labels FROM label_sets ORDER BY token")
+            ),
         )
         self._local.stats = stats
         return stats
 
     def _meta_match(self, scope: Scope, filters: dict[str, Any] | None) -> tuple[str, str]:
         """(required tokens, forbidden tokens) expressing scope and kind/language filters."""
+        need = self._meta_need(scope, filters)
+        stats = self._stats()
+        allowed = set(scope.allowed_labels or ())
+        held = stats.labels.union(*(labels for _, labels in stats.label_sets))
+        if held <= allowed:
+            return " AND ".join(need), ""  # nothing to hide
+        visible = [token for token, labels in stats.label_sets if labels <= allowed]
+        if len(visible) > MAX_SET_TOKENS:
+            return " AND ".join(need), _any("l", sorted(held - allowed))
+        need.append(_sets(visible))
+        return " AND ".join(need), ""
+
+    def _meta_need(self, scope: Scope, filters: dict[str, Any] | None) -> list[str]:
+        """Required tokens for the scope's repository and snapshot and the filters."""
         need: list[str] = []
         stats = self._stats()
         # A constraint every node satisfies only slows FTS5 down: skip it, it excludes nothing.
@@ -806,8 +853,7 @@ class SearchPasses:
             value = (filters or {}).get(key)
             if value:
                 need.append(_any(prefix, [value] if isinstance(value, str) else value))
-        hidden = sorted(stats.labels - set(scope.allowed_labels or ()))
-        return " AND ".join(need), (_any("l", hidden) if hidden else "")
+        return need
 
     def _bm25(
         self, match: str, scope: Scope, top_k: int, filters: dict[str, Any] | None
@@ -868,6 +914,36 @@ class SearchPasses:
                 "SELECT count(*) FROM (SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? "
                 "LIMIT ?)",
                 [expr, cap + 1],
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
+    def count_hidden(self, query: str, *, wide: Scope, narrow: Scope, cap: int = 1000) -> int:
+        """Nodes `wide` may see and `narrow` may not that hold any searched word, up to
+        cap + 1: what the access trace reports as hidden by the default rule.
+
+        One full-text count over the label sets only `wide` admits (no row is read out);
+        scopes that differ in more than their labels, or too many sets, are counted as
+        count_matches(wide) - count_matches(narrow).
+        """
+        stats = self._stats()
+        inside, outside = set(wide.allowed_labels or ()), set(narrow.allowed_labels or ())
+        hidden = [t for t, ls in stats.label_sets if ls <= inside and not ls <= outside]
+        same = (wide.repository, wide.snapshot) == (narrow.repository, narrow.snapshot)
+        if not same or len(hidden) > MAX_SET_TOKENS:
+            found = self.count_matches(query, scope=wide, cap=cap)
+            return max(0, found - self.count_matches(query, scope=narrow, cap=cap))
+        match = self._selective_any(query)
+        if not match or not hidden:
+            return 0
+        need = [*self._meta_need(wide, None), _sets(hidden)]
+        row = (
+            self.conn()
+            .execute(
+                "SELECT count(*) FROM (SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? "
+                "LIMIT ?)",
+                [f"({match}) AND " + " AND ".join(need), cap + 1],
             )
             .fetchone()
         )

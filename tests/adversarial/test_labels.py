@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from runtime.cli import cli
-from runtime.retrieval.node import Scope
+from runtime.retrieval.node import Scope, label_set_token
 from runtime.retrieval.nodestore import open_store
 
 KEYS = "repo::main::class::Shop.Secret.KeyVault"
@@ -131,6 +131,7 @@ def _tamper(path: Path, *statements: str) -> None:
     db.close()
 
 
+SECRET_SET = '["secret"]'
 ROW = f"(SELECT rowid FROM nodes WHERE id = '{KEYS}')"
 TAMPERED = {
     # the label rows gone: the stored labels still say secret
@@ -141,6 +142,12 @@ TAMPERED = {
     # the full-text label token removed: rows and stored labels still say secret
     "label token removed": [
         f"UPDATE nodes_fts SET meta = replace(meta, 'zzl{b'secret'.hex()}', '') WHERE rowid = {ROW}"
+    ],
+    # the label-set token (layout 4) claiming the unlabelled set, every set visible
+    "label-set token swapped": [
+        f"UPDATE nodes_fts SET meta = replace(meta, '{label_set_token(SECRET_SET)}', "
+        f"'{label_set_token('[]')}') WHERE rowid = {ROW}",
+        "UPDATE label_sets SET labels = '[]'",
     ],
     # every trace of the label gone but the stored labels
     "rows and token gone": [
