@@ -9,6 +9,7 @@ layout before (3) is refused by readers and migrated in place by the indexer.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -83,10 +84,8 @@ def test_a_search_ranks_only_the_visible_label_sets(tmp_path):
 def test_the_index_lists_each_label_set_once_with_its_token(tmp_path):
     store = build(tmp_path / "i.db")
     rows = dict(store.conn().execute("SELECT token, labels FROM label_sets"))
-    assert rows == {
-        label_set_token(f"{sorted(v)}".replace("'", '"')): f"{sorted(v)}".replace("'", '"')
-        for v in SETS.values()
-    }
+    stored = [json.dumps(sorted(v)) for v in SETS.values()]
+    assert rows == {label_set_token(labels): labels for labels in stored}
     meta = (
         store.conn()
         .execute(
