@@ -105,7 +105,7 @@ class AssembleContext(Action):
         },
         "dedup_threshold": {
             **_FRACTION,
-            "description": "Text similarity that makes a duplicate (0.9).",
+            "description": "Text similarity that makes a duplicate (0.93).",
         },
         "pointer_over_tokens": {
             "type": "integer",

@@ -16,7 +16,7 @@ look-alikes (must not merge)
 - subject:   two different commit subjects that share their first words;
 - paragraph: two different paragraphs of one README.
 
-    python benchmarks/dedup_quality.py      # prints the figures and every miss
+    python benchmarks/dedup_quality.py      # the figures and every miss, default and 0.9
 """
 
 from __future__ import annotations
@@ -184,10 +184,11 @@ def _subjects() -> list[str]:
     return list(seen)
 
 
-def score(threshold: float = 0.9) -> dict[str, Any]:
+def score(threshold: float | None = None) -> dict[str, Any]:
     """Recall on the duplicates, false merges on the look-alikes, and every miss."""
-    from runtime.context.assembly import dedupe
+    from runtime.context.dedup import DEFAULT_THRESHOLD, dedupe
 
+    threshold = DEFAULT_THRESHOLD if threshold is None else threshold
     by_kind: dict[str, list[int]] = {}
     misses: list[str] = []
     for kind, a, b in pairs():
@@ -205,6 +206,7 @@ def score(threshold: float = 0.9) -> dict[str, Any]:
     total_dup = sum(v[1] for v in dup)
     false = sum(v[1] - v[0] for v in alike)
     return {
+        "threshold": threshold,
         "recall": round(caught / total_dup, 4) if total_dup else None,
         "duplicates": total_dup,
         "look_alikes": sum(v[1] for v in alike),
@@ -215,4 +217,4 @@ def score(threshold: float = 0.9) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(score(), indent=2))
+    print(json.dumps([score(), score(0.9)], indent=2))

@@ -5,10 +5,10 @@ optional code compactor and pointer maker); `assemble_context` does the retrievi
 
 1. Rank: each source's scores are scaled to its best (1.0), then the boosts its YAML
    declares multiply them (importance, confidence, recency half-life, confidence tiers).
-2. Deduplicate across sources, best first: same id, same file with overlapping lines,
-   same commit, or text similarity at or above the threshold (rapidfuzz's Indel ratio on
-   normalised text, and a long passage quoted line for line). The copy kept is the more
-   relevant one (ties: the earlier source); the other goes to the drop record.
+2. Deduplicate across sources, best first (runtime/context/dedup.py): same id, same file
+   with overlapping lines, same commit, or text similarity at or above the threshold. The
+   copy kept is the more relevant one (ties: the earlier source); the other goes to the
+   drop record.
 3. Cap: no item takes more than `item_cap` of its source's nominal share; a longer one is
    cut (code: compacted first) with a note naming where the whole lives.
 4. Budget: split by weight; what a source cannot use goes back to the others, round after
@@ -28,20 +28,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from runtime.context.dedup import DEFAULT_THRESHOLD, dedupe
+
 TIERS = {"gold": 1.0, "silver": 0.85, "bronze": 0.7, "abandoned": 0.3}
 DEFAULT_CAP = 0.25
-DEFAULT_THRESHOLD = 0.9
 DEFAULT_POINTER_OVER = 1000
 # soft: the least text a cut item shows when the cap cannot hold its header and note.
 SOFT_FLOOR = 16
-# A passage quoted in another item counts as a duplicate when it has this many lines worth
-# comparing and nearly all of them appear there.
-_QUOTE_MIN_LINES = 3
-_QUOTE_MIN_LINE = 8
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _WS = re.compile(r"\s+")
-_LINE_COMMENT = re.compile(r"(//|--)[^\n]*")
-_BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _FENCE = re.compile(r"`{3,}")
 
 
@@ -155,173 +149,6 @@ def rank(sources: Sequence[Source], found: dict[str, list[Candidate]], now: date
         for c in items:
             c.rank_score = boosted(c, best, s.boosts, now)
         items.sort(key=lambda c: (-c.rank_score, c.id))
-
-
-# --- deduplication -------------------------------------------------------------
-
-
-@dataclass
-class _Sig:
-    text: str
-    numbers: tuple[str, ...]
-    lines: frozenset[str]
-
-
-def _signature(c: Candidate) -> _Sig:
-    text = c.fields.get("message") if c.kind == "commit" else None
-    raw = text if isinstance(text, str) else c.text
-    if c.kind == "code":
-        # A copy whose comments were edited is the same code.
-        raw = _LINE_COMMENT.sub("", _BLOCK_COMMENT.sub("", raw))
-    lines = frozenset(
-        line
-        for line in (" ".join(x.split()) for x in _FENCE.sub("", raw).splitlines())
-        if len(line) >= _QUOTE_MIN_LINE
-    )
-    norm = _WS.sub(" ", raw).strip()
-    return _Sig(norm, tuple(sorted(_NUMBER.findall(norm))), lines)
-
-
-class Deduplicator:
-    """Finds, for each candidate in turn, a kept one it duplicates (and why)."""
-
-    def __init__(self, threshold: float = DEFAULT_THRESHOLD) -> None:
-        self.threshold = threshold
-        self.kept: list[tuple[Candidate, _Sig]] = []
-        self._ids: dict[str, Candidate] = {}
-        self._commits: dict[str, Candidate] = {}
-        self._paths: dict[tuple[str, str], list[Candidate]] = {}
-        self._hist: list[Any] = []  # True: in the matrix; None: no numpy
-        self._matrix: Any = None
-        self._sizes: Any = None
-        self._lines: dict[str, list[int]] = {}
-
-    def find(self, c: Candidate) -> tuple[Candidate, str] | None:
-        """(the kept candidate c duplicates, reason), or None."""
-        if c.id in self._ids:
-            return self._ids[c.id], "same id"
-        if c.commit and c.commit in self._commits:
-            return self._commits[c.commit], "same commit"
-        if c.path and c.start_line > 0:
-            for k in self._paths.get((c.origin, c.path), ()):
-                if c.start_line <= k.end_line and k.start_line <= max(c.end_line, c.start_line):
-                    return k, "same path with overlapping lines"
-        sig = _signature(c)
-        hit = self._similar(c, sig)
-        if hit is not None:
-            return hit
-        self.keep(c, sig)
-        return None
-
-    def keep(self, c: Candidate, sig: _Sig | None = None) -> None:
-        """Remember c as kept."""
-        sig = sig or _signature(c)
-        for line in sig.lines:
-            self._lines.setdefault(line, []).append(len(self.kept))
-        self.kept.append((c, sig))
-        self._add_histogram(sig.text)
-        self._ids[c.id] = c
-        if c.commit:
-            self._commits[c.commit] = c
-        if c.path and c.start_line > 0:
-            self._paths.setdefault((c.origin, c.path), []).append(c)
-
-    def _add_histogram(self, text: str) -> None:
-        """Keep text's histogram in one growing matrix (no restacking per comparison)."""
-        h = _histogram(text)
-        if h is None:
-            self._hist.append(None)
-            return
-        import numpy as np
-
-        n = len(self.kept) - 1
-        if self._matrix is None or n >= len(self._matrix):
-            grown = np.zeros((max(64, 2 * n + 1), 64), dtype=np.int32)
-            sizes = np.zeros(len(grown), dtype=np.int64)
-            if self._matrix is not None:
-                grown[:n] = self._matrix[:n]
-                sizes[:n] = self._sizes[:n]
-            self._matrix, self._sizes = grown, sizes
-        self._matrix[n] = h
-        self._sizes[n] = len(text)
-        self._hist.append(True)
-
-    def _plausible(self, text: str, cutoff: float) -> list[int]:
-        """Kept indices whose Indel ratio with text can reach cutoff.
-
-        The bound: the longest common subsequence has at most, per character bucket, the
-        smaller of the two counts, so ratio <= 2 * sum(min) / (len a + len b). Exact: no
-        pair that could reach the cutoff is skipped.
-        """
-        n = len(self.kept)
-        if not n:
-            return []
-        mine = _histogram(text)
-        if mine is None or self._matrix is None or None in self._hist:
-            return list(range(n))
-        import numpy as np
-
-        common = np.minimum(self._matrix[:n], mine).sum(axis=1)
-        bound = 2 * common / np.maximum(self._sizes[:n] + len(text), 1)
-        return [int(i) for i in np.nonzero(bound >= cutoff - 1e-9)[0]]
-
-    def _similar(self, c: Candidate, sig: _Sig) -> tuple[Candidate, str] | None:
-        from rapidfuzz.distance import Indel
-
-        if not sig.text:
-            return None
-        cutoff = self.threshold
-        for j in self._plausible(sig.text, cutoff):
-            k, ks = self.kept[j]
-            if c.kind == "code" and k.kind == "code" and c.name and k.name and c.name != k.name:
-                continue  # two symbols of different names are two facts, however alike
-            if ks.numbers == sig.numbers:
-                ratio = Indel.normalized_similarity(sig.text, ks.text, score_cutoff=cutoff)
-                if ratio >= cutoff:
-                    return k, f"text similarity {ratio:.2f}"
-        if len(sig.lines) < _QUOTE_MIN_LINES:
-            return None
-        shared: dict[int, int] = {}
-        for line in sig.lines:
-            for j in self._lines.get(line, ()):
-                shared[j] = shared.get(j, 0) + 1
-        for j in sorted(shared):
-            k, ks = self.kept[j]
-            fewer = min(len(sig.lines), len(ks.lines))
-            if fewer < _QUOTE_MIN_LINES or shared[j] < cutoff * fewer:
-                continue
-            if c.kind == "code" and k.kind == "code" and c.name and k.name and c.name != k.name:
-                continue
-            short, long = (sig, ks) if len(sig.lines) <= len(ks.lines) else (ks, sig)
-            if set(short.numbers) <= set(long.numbers):
-                return k, "quoted passage"
-        return None
-
-
-def _histogram(text: str) -> Any:
-    """A 64-bucket character histogram (numpy) for the ratio's upper bound, or None."""
-    try:
-        import numpy as np
-    except ImportError:  # the core install: every pair goes to rapidfuzz
-        return None
-    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32) & 63
-    return np.bincount(codes, minlength=64).astype(np.int32)
-
-
-def dedupe(
-    ordered: Sequence[Candidate], threshold: float = DEFAULT_THRESHOLD
-) -> tuple[list[Candidate], list[tuple[Candidate, Candidate, str]]]:
-    """Keep the first of each group of duplicates: (kept, [(dropped, kept copy, reason)])."""
-    d = Deduplicator(threshold)
-    kept: list[Candidate] = []
-    dropped: list[tuple[Candidate, Candidate, str]] = []
-    for c in ordered:
-        hit = d.find(c)
-        if hit is None:
-            kept.append(c)
-        else:
-            dropped.append((c, hit[0], hit[1]))
-    return kept, dropped
 
 
 # --- rendering -------------------------------------------------------------------
