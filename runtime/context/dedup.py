@@ -21,12 +21,27 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from runtime.context.assembly import Candidate
+
+class Item(Protocol):
+    """What dedup reads of a candidate (runtime/context/assembly.py's Candidate)."""
+
+    id: str
+    kind: str
+    text: str
+    fields: Mapping[str, Any]
+    path: str
+    origin: str
+    start_line: int
+    end_line: int
+    commit: str
+    name: str
+
+
+Candidate = TypeVar("Candidate", bound=Item)
 
 # 0.93, not the issue's 0.9: on the labelled real set (benchmarks/dedup_quality.py) 0.9
 # merges two different commit subjects (0.92) and nothing there needs less than 1.0.
@@ -57,7 +72,7 @@ class _Sig:
         return self._numbers
 
 
-def signature(c: Candidate) -> _Sig:
+def signature(c: Item) -> _Sig:
     """What the text rules compare of c."""
     message = c.fields.get("message") if c.kind == "commit" else None
     raw = message if isinstance(message, str) else c.text
@@ -131,16 +146,16 @@ def dedupe(
     return kept, dropped
 
 
-def _named_apart(a: Candidate, b: Candidate) -> bool:
+def _named_apart(a: Item, b: Item) -> bool:
     """Two code symbols of different names are two facts, however alike."""
     return a.kind == "code" and b.kind == "code" and bool(a.name and b.name) and a.name != b.name
 
 
 def _quoted(
     i: int,
-    c: Candidate,
+    c: Item,
     sigs: Sequence[_Sig],
-    ordered: Sequence[Candidate],
+    ordered: Sequence[Item],
     lines: defaultdict[str, list[int]],
     threshold: float,
 ) -> tuple[int, str] | None:
