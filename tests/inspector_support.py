@@ -1,9 +1,9 @@
 """Runs for the inspector's tests, a runs reader over their store, and a live server.
 
-`make_runs` runs pipelines/code_qa.yaml on the indexed sample twice: once with the offline
-extractive model (packs, drops, a cited answer), once against a scripted chat server whose
+`make_runs` runs pipelines/code_qa.yaml on the indexed sample three times: with the offline
+extractive model (packs, drops, a cited answer); against a scripted chat server whose
 replies are hostile (markup, quotes, terminal escapes) and whose first reply is not JSON,
-so the route step is retried. `serve` starts uvicorn on 127.0.0.1 in a thread.
+so the route step is retried; and against a server refusing every request (a failed run). `serve` starts uvicorn on 127.0.0.1 in a thread.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class StoreRuns:
 
 
 def make_runs(tmp: Path) -> str:
-    """Index the sample and run code_qa twice (ids `good` and `hostile`); the store's path."""
+    """Index the sample and run code_qa three times (`good`, `hostile`, `failed`): the store."""
     from chat_support import Server
     from click.testing import CliRunner
 
@@ -109,6 +109,14 @@ def make_runs(tmp: Path) -> str:
     finally:
         server.close()
     assert done.exit_code == 0, done.output
+    # the provider refuses every request: the run fails at its first model call
+    server = Server([400] * 4)
+    try:
+        args = [*common, "--run-id", "failed", "--model", f"openai:m@{server.url}"]
+        done = runner.invoke(cli, [*args, "--input", "question=q"], env={"OPENAI_API_KEY": "k"})
+    finally:
+        server.close()
+    assert done.exit_code == 1, done.output
     return store
 
 

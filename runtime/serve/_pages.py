@@ -104,30 +104,60 @@ def runs_page(
 
 
 def steps_of(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each step visit (a STEP event) with its start, duration and the retries before it."""
+    """Each step visit with its start, duration and the retries before it.
+
+    A step that succeeded is its STEP event; one that failed has none: its CATCH (caught,
+    routed on) or RUN_FAILED event ends it, timed from the event before its first attempt.
+    """
     out: list[dict[str, Any]] = []
     retries: dict[str, int] = {}
+    began: dict[str, float] = {}  # step id -> when its first attempt began (last event before)
+    last = None
     for e in events:
         kind, sid = e.get("type"), e.get("step_id")
+        ts = float(e.get("ts") or 0.0)
+        if sid is not None and str(sid) not in began and kind != "STEP":
+            began[str(sid)] = ts if last is None else last
         if kind == "RETRY":
             retries[str(sid)] = retries.get(str(sid), 0) + 1
-        elif kind in ("STEP", "STEP_FAILED") and sid is not None:
+        elif kind == "STEP" and sid is not None:
             ms = float(e.get("duration_ms") or 0.0)
-            ts = float(e.get("ts") or 0.0)
+            first = began.pop(str(sid), None)
+            n = retries.pop(str(sid), 0)
             out.append(
                 {
                     "seq": e.get("seq"),
                     "step_id": str(sid),
                     "action": e.get("action"),
                     "attempt": e.get("attempt"),
-                    "retries": retries.pop(str(sid), 0),
+                    "retries": n,
                     "ms": ms,
                     "start": ts - ms / 1000,
+                    # the failed attempts and their backoff, before the one that succeeded
+                    "retrying_from": first if n and first is not None else None,
                     "outcome": e.get("outcome"),
                     "next": e.get("next"),
-                    "failed": kind == "STEP_FAILED",
+                    "failed": False,
                 }
             )
+        elif kind in ("CATCH", "RUN_FAILED") and sid is not None:
+            start = began.pop(str(sid), last if last is not None else ts)
+            n = retries.pop(str(sid), 0)
+            out.append(
+                {
+                    "seq": e.get("seq"),
+                    "step_id": str(sid),
+                    "action": e.get("action"),
+                    "attempt": n + 1,
+                    "retries": n,
+                    "ms": max(ts - start, 0.0) * 1000,
+                    "start": start,
+                    "outcome": f"failed {e.get('code')}",
+                    "next": e.get("next"),
+                    "failed": True,
+                }
+            )
+        last = ts
     return out
 
 
@@ -154,6 +184,9 @@ def run_page(
     status = str(run.get("status"))
     err = run.get("error")
     steps = steps_of(events)
+    actions = {str(n.get("id")): n.get("action") for n in (graph or {}).get("nodes") or ()}
+    for s in steps:  # a failed step's event does not name its action; the graph does
+        s["action"] = s["action"] or actions.get(s["step_id"]) or "-"
     body = [
         f'<h1 id="run" data-run="{esc(rid)}" data-status="{esc(status)}" '
         f'data-poll="/inspect/api/runs/{esc(quote(rid, safe=""))}" '
@@ -210,7 +243,7 @@ def _timeline(steps: Sequence[Mapping[str, Any]]) -> str:
             f"<tr{cls}><td>{esc(s['seq'])}</td><td>{esc(s['step_id'])}</td>"
             f"<td>{esc(s['action'])}</td><td>{esc(s['attempt'])}</td>"
             f"<td>{esc(s['retries'])}</td><td>{s['ms']:.3f}</td><td>{esc(s['outcome'])}</td>"
-            f"<td>{esc(s['next'])}</td></tr>"
+            f"<td>{esc(s['next'] or '-')}</td></tr>"
         )
     out.append("</tbody></table></section>")
     return "".join(out)

@@ -88,10 +88,10 @@ def graph_svg(data: Mapping[str, Any], visited: Sequence[str] = ()) -> str:
     rows: dict[int, list[str]] = {}
     for n in data["nodes"]:
         rows.setdefault(depth[str(n["id"])], []).append(str(n["id"]))
-    width = max((len(r) for r in rows.values()), default=1) * (NODE_W + GAP_X) + GAP_X + 80
+    width = max((len(r) for r in rows.values()), default=1) * (NODE_W + GAP_X) + GAP_X + 260
     pos: dict[str, tuple[int, int]] = {}
     for row, ids in rows.items():
-        offset = (width - 80 - len(ids) * (NODE_W + GAP_X) + GAP_X) // 2
+        offset = (width - 260 - len(ids) * (NODE_W + GAP_X) + GAP_X) // 2
         for col, sid in enumerate(ids):
             pos[sid] = (offset + col * (NODE_W + GAP_X), GAP_Y // 2 + row * (NODE_H + GAP_Y))
     height = (max(rows, default=0) + 1) * (NODE_H + GAP_Y)
@@ -104,25 +104,41 @@ def graph_svg(data: Mapping[str, Any], visited: Sequence[str] = ()) -> str:
         'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z"/></marker>'
         "</defs>",
     ]
+    # edges between the same two steps (two caught codes) are drawn once, labels joined
+    merged: dict[tuple[str, str], list[str]] = {}
     for e in data["edges"]:
-        src, dst = str(e["source"]), str(e["target"])
+        labels = merged.setdefault((str(e["source"]), str(e["target"])), [])
+        if e.get("label"):
+            labels.append(str(e["label"]))
+    for (src, dst), labels in merged.items():
         if src not in pos or dst not in pos:
             continue
         (x1, y1), (x2, y2) = pos[src], pos[dst]
-        label = str(e.get("label") or "")
-        cls = "edge catch" if label.startswith("catch ") else "edge"
+        full = label = " / ".join(labels)
+        catch = bool(labels) and all(x.startswith("catch ") for x in labels)
+        if catch and len(labels) > 1:  # the codes in the label's tooltip
+            label = f"catch {len(labels)} codes"
+        cls = "edge catch" if catch else "edge"
+        anchor = "middle"
         if depth[dst] > depth[src]:
             sx, sy, tx, ty = x1 + NODE_W // 2, y1 + NODE_H, x2 + NODE_W // 2, y2
             path = f"M{sx},{sy} C{sx},{sy + 24} {tx},{ty - 24} {tx},{ty}"
-            lx, ly = (sx + tx) // 2 + 4, (sy + ty) // 2 + 4
-        else:  # back or sideways edge: around the right side
+            lx, ly = (sx + tx) // 2, (sy + ty) // 2 + 4
+        elif depth[dst] == depth[src]:  # sideways: an arc above the row
+            sx, sy, tx, ty = x1 + NODE_W // 2, y1, x2 + NODE_W // 2, y2
+            path = f"M{sx},{sy} C{sx},{sy - 30} {tx},{ty - 30} {tx},{ty}"
+            lx, ly = (sx + tx) // 2, sy - 20
+        else:  # back edge: around the right side
             sx, sy, tx, ty = x1 + NODE_W, y1 + NODE_H // 2, x2 + NODE_W, y2 + NODE_H // 2
-            bend = max(sx, tx) + 40 + 6 * abs(depth[src] - depth[dst])
+            bend = max(sx, tx) + 30 + 8 * abs(depth[src] - depth[dst])
             path = f"M{sx},{sy} C{bend},{sy} {bend},{ty} {tx},{ty}"
-            lx, ly = bend - 10, (sy + ty) // 2
+            lx, ly, anchor = bend - 4, (sy + ty) // 2, "start"
         parts.append(f'<path class="{cls}" d="{path}" marker-end="url(#arrow)"/>')
         if label:
-            parts.append(f'<text class="edge-label" x="{lx}" y="{ly}">{esc(label)}</text>')
+            parts.append(
+                f'<text class="edge-label" x="{lx}" y="{ly}" text-anchor="{anchor}">'
+                f"{esc(_cut(label, 48))}<title>{esc(full)}</title></text>"
+            )
     for n in data["nodes"]:
         sid = str(n["id"])
         x, y = pos[sid]
@@ -148,7 +164,7 @@ def timeline_svg(steps: Sequence[Mapping[str, Any]]) -> str:
     """One bar per step visit on the run's time axis (`start`, `ms` in each row)."""
     if not steps:
         return ""
-    t0 = min(float(s["start"]) for s in steps)
+    t0 = min(float(s.get("retrying_from") or s["start"]) for s in steps)
     t1 = max(float(s["start"]) + float(s["ms"]) / 1000 for s in steps)
     span = max(t1 - t0, 1e-6)
     height = ROW_H * len(steps) + 24
@@ -166,6 +182,13 @@ def timeline_svg(steps: Sequence[Mapping[str, Any]]) -> str:
             + (" retried" if s.get("retries") else "")
         )
         label = _cut(str(s["step_id"]), 28)
+        if s.get("retrying_from") is not None:  # the failed attempts and their backoff
+            rx = LABEL_W + (float(s["retrying_from"]) - t0) / span * BAR_W
+            parts.append(
+                f'<rect class="bar retrying" x="{rx:.1f}" y="{y + 3}" width="{max(x - rx, 1):.1f}"'
+                f' height="{ROW_H - 8}"><title>{esc(s["step_id"])}: {esc(s.get("retries"))} '
+                "failed attempt(s) and backoff</title></rect>"
+            )
         parts.append(
             f'<text class="tl-label" x="{LABEL_W - 8}" y="{y + 14}">{esc(label)}</text>'
             f'<rect class="{cls}" x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{ROW_H - 8}">'

@@ -32,7 +32,7 @@ ATTRS = {
     "data-run", "data-status", "data-poll", "data-events", "method", "action", "value",
     "selected", "type", "aria-live", "open", "xmlns", "width", "height", "viewbox", "role",
     "aria-label", "refx", "refy", "markerwidth", "markerheight", "orient", "d", "x", "y",
-    "rx", "marker-end",
+    "rx", "marker-end", "text-anchor",
 }  # fmt: skip
 
 

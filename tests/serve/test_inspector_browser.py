@@ -73,11 +73,14 @@ def page(browser):
 def test_runs_list_shows_runs_and_filters(page, url, tmp_path):
     page.goto(url + "/")
     rows = page.locator("#runs tbody tr")
-    assert rows.count() == 2
-    assert sorted(rows.locator("td:first-child").all_inner_texts()) == ["good", "hostile"]
+    assert sorted(rows.locator("td:first-child").all_inner_texts()) == ["failed", "good", "hostile"]
     page.select_option("select[name=status]", "failed")
     page.click("button[type=submit]")
     page.wait_for_url("**/?pipeline=&status=failed")
+    assert page.locator("#runs tbody tr td:first-child").all_inner_texts() == ["failed"]
+    page.select_option("select[name=status]", "running")
+    page.click("button[type=submit]")
+    page.wait_for_url("**/?pipeline=&status=running")
     assert page.locator("#runs tbody tr").count() == 0
     page.screenshot(path=str(tmp_path / "runs.png"), full_page=True)
     assert (tmp_path / "runs.png").stat().st_size > 0
@@ -98,7 +101,7 @@ def test_runs_list_updates_live(page, runs, tmp_path):
     index = str(Path(runs.store.path).parent / "index.db")
     with serve(StoreRuns(store)) as url:
         page.goto(url + "/")
-        assert page.locator("#runs tbody tr").count() == 2
+        assert page.locator("#runs tbody tr").count() == 3
         args = ["exec", PIPELINE, "--store", store, "--index", index, "--model", "extractive"]
         done = CliRunner().invoke(cli, [*args, "--run-id", "later", "--input", "question=q"])
         assert done.exit_code == 0, done.output
@@ -107,6 +110,24 @@ def test_runs_list_updates_live(page, runs, tmp_path):
         assert "completed" in later.inner_text()
         assert later.locator("a").get_attribute("href") == "/inspect/runs/later"
         assert page.locator("#live").inner_text().startswith("live, updated")
+    assert page.errors == []
+
+
+def test_a_running_runs_page_follows_it_until_it_ends(page, runs):
+    """The page of a running run reloads when its status or its events change."""
+
+    class Running(StoreRuns):
+        status = "running"
+
+        def get_run(self, run_id):
+            return {**super().get_run(run_id), "status": self.status}
+
+    reader = Running(runs.store.path)
+    with serve(reader) as url:
+        page.goto(url + "/inspect/runs/good")
+        assert page.locator("#run").get_attribute("data-status") == "running"
+        reader.status = "completed"
+        page.locator("#run[data-status=completed]").wait_for(timeout=15_000)
     assert page.errors == []
 
 

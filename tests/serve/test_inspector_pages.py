@@ -44,11 +44,13 @@ def test_runs_list_names_both_runs_with_status_and_links(url):
     assert 'href="/inspect/runs/good"' in page
     assert 'href="/inspect/runs/hostile"' in page
     assert page.count('<span class="status completed">completed</span>') == 2
+    assert page.count('<span class="status failed">failed</span>') == 1
 
 
 def test_runs_list_filters_by_status_and_pipeline(url):
-    assert "/inspect/runs/good" not in get(url, "/", status="failed").text
-    assert "No runs match." in get(url, "/", status="failed").text
+    failed = get(url, "/", status="failed").text
+    assert "/inspect/runs/good" not in failed and "/inspect/runs/failed" in failed
+    assert "No runs match." in get(url, "/", status="running").text
     assert "/inspect/runs/good" in get(url, "/", status="completed").text
     assert "/inspect/runs/good" in get(url, "/", pipeline="code_qa").text
     assert "/inspect/runs/good" not in get(url, "/", pipeline="other").text
@@ -61,7 +63,9 @@ def test_runs_json_is_what_the_list_page_polls(url):
     rows = httpx.get(url + poll, timeout=30).json()["runs"]
     assert {r["run_id"] for r in rows} == {"good", "hostile"}
     assert {r["url"] for r in rows} == {"/inspect/runs/good", "/inspect/runs/hostile"}
-    assert get(url, "/inspect/api/runs", status="failed").json() == {"runs": []}
+    assert get(url, "/inspect/api/runs", status="running").json() == {"runs": []}
+    (failed,) = get(url, "/inspect/api/runs", status="failed").json()["runs"]
+    assert failed["run_id"] == "failed" and failed["error"] == "MODEL_PROVIDER_ERROR"
     one = get(url, "/inspect/api/runs/good").json()
     assert one["status"] == "completed" and one["events"] > 20
 
@@ -88,6 +92,25 @@ def test_retries_show_on_the_retried_step(url):
     other = re.search(r"<td>check</td><td>call_model</td><td>(\d+)</td><td>(\d+)</td>", timeline)
     assert other.groups() == ("1", "0")
     assert timeline.count('class="bar retried"') == 1
+    # the failed attempt and its backoff (0.1 s) are drawn before the attempt that succeeded
+    (width,) = re.findall(
+        r'<rect class="bar retrying" x="[\d.]+" y="\d+" width="([\d.]+)"', timeline
+    )
+    (ok,) = re.findall(r'<rect class="bar retried" x="[\d.]+" y="\d+" width="([\d.]+)"', timeline)
+    assert float(width) > float(ok)
+
+
+def test_a_failed_run_shows_its_error_and_the_step_that_failed(url, runs):
+    page = get(url, "/inspect/runs/failed").text
+    error = runs.get_run("failed")["error"]
+    assert f'<div class="error"><b>{error["code"]}</b>' in page
+    timeline = page[page.index('id="timeline"') : page.index('id="calls"')]
+    assert re.search(
+        r'<tr class="failed"><td>\d+</td><td>route</td><td>call_model</td><td>1</td><td>0</td>'
+        r"<td>[\d.]+</td><td>failed MODEL_PROVIDER_ERROR</td>",
+        timeline,
+    ), timeline
+    assert timeline.count('<rect class="bar failed"') == 1
 
 
 def test_model_calls_show_the_prompt_and_the_reply(url, runs):
