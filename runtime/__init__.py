@@ -37,6 +37,7 @@ _LAZY = {
     "default_registry": "runtime.contract.registry",
     "Services": "runtime.engine.services",
     "SqliteRunStore": "runtime.engine.store",
+    "open_run_store": "runtime.engine.stores",
     "Report": "runtime.format.validation",
 }
 
@@ -71,6 +72,7 @@ __all__ = [
     "VariableRead",
     "default_registry",
     "load",
+    "open_run_store",
     "record_experience",
     "remember",
     "validate",

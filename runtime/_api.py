@@ -88,10 +88,16 @@ class Runner:
     ) -> None:
         """`durability` ("normal" or "full") overrides settings.durability for stored runs.
 
+        `store`: a run store, or where one is (a SQLite file or postgresql://...).
+
         `tracer_provider`: an OpenTelemetry tracer provider that gets a span per run, step
         and model call (the `otel` extra; without it the environment decides: docs/packs.md).
         """
         self.pipeline = pipeline
+        if isinstance(store, str):  # a file or postgresql://... (issue 34)
+            from runtime.engine.stores import open_run_store
+
+            store = open_run_store(store)
         self.engine = Engine(
             pipeline,
             registry=registry,

@@ -526,6 +526,26 @@ _CODES: list[Code] = [
         "(Postgres is not supported yet).",
         "Pass a file path such as .runtime/runs.db or .runtime/index.db.",
     ),
+    # issue 34: the run store on PostgreSQL (runtime/engine/pgstore.py)
+    Code(
+        "STORE_UNAVAILABLE",
+        "run",
+        "The Postgres run store cannot be reached, or its server went away mid-run.",
+        "Start the database (or fix the URL) and run `runtime resume RUN_ID`: the run goes on "
+        "from its last checkpoint.",
+    ),
+    Code(
+        "STORE_DRIVER_MISSING",
+        "run",
+        "A postgresql:// store was given but psycopg 3 or psycopg-pool is not installed.",
+        "pip install 'step-runtime[postgres]'.",
+    ),
+    Code(
+        "STORE_URL_INVALID",
+        "run",
+        "A postgresql:// store URL is malformed or names an unknown connection option.",
+        "Write it as postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE.",
+    ),
     Code(
         "LEDGER_MISMATCH",
         "run",

@@ -476,6 +476,17 @@ def pg_private_server() -> _Iterator[Any]:
         server.close()
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A run store location for each backend: a SQLite file, then a fresh Postgres database.
+
+    The store contract tests take it and open it with runtime.engine.stores.open_run_store.
+    """
+    if request.param == "sqlite":
+        return str(tmp_path / "runs.db")
+    return str(request.getfixturevalue("pg_url"))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that load the real MiniLM weights are slow (seconds each): `-m "not slow"` skips them.
 

@@ -9,7 +9,7 @@ import runtime
 
 def open_and_verify(path: str, run_id: str, key: bytes | None) -> Any:
     """What `runtime verify` computes, without the command line."""
-    store = runtime.SqliteRunStore(str(path), create=False)
+    store = runtime.open_run_store(str(path), create=False)
     try:
         return store.verify_ledger(run_id, key)
     finally:

@@ -20,7 +20,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 existing_store = click.option(
     "--store",
     type=click.Path(dir_okay=False),
-    help="Run store (default $RUNTIME_STORE or .runtime/runs.db); it must exist.",
+    help="Run store: a file or postgresql://... (default $RUNTIME_STORE or .runtime/runs.db);"
+    " it must exist.",
 )
 
 

@@ -20,10 +20,10 @@ from runtime.cli._common import color_enabled, existing_store, handle_errors, sh
 @handle_errors
 def context(run_id: str, step_id: str | None, as_json: bool, store: str | None) -> None:
     """Show what each model call of a run was shown, why, and what was left out."""
-    from runtime.engine.store import SqliteRunStore
+    from runtime.engine.stores import open_run_store
     from runtime.errors import UsageError
 
-    opened = SqliteRunStore(store, create=False)
+    opened = open_run_store(store, create=False)
     packs = opened.packs(run_id, step_id)
     if not packs and step_id is not None:
         steps = list(dict.fromkeys(p["step_id"] for p in opened.packs(run_id)))

@@ -132,7 +132,7 @@ class _Bar:
 @click.option(
     "--store",
     type=click.Path(dir_okay=False),
-    help="Run store (default $RUNTIME_STORE or .runtime/runs.db).",
+    help="Run store: a file or postgresql://... (default $RUNTIME_STORE or .runtime/runs.db).",
 )
 @click.option(
     "--repeat",
@@ -209,7 +209,7 @@ def eval_(
         raise UsageError("give PIPELINE and CASES (or --retrieval CASES...)", code="USAGE")
     from runtime.cli.run import _check_model, _load_or_exit
     from runtime.engine.services import Services
-    from runtime.engine.store import SqliteRunStore
+    from runtime.engine.stores import open_run_store
     from runtime.eval import report as rep
     from runtime.eval.runner import EvalSetup, Evaluator, jobs_of
 
@@ -225,7 +225,7 @@ def eval_(
         )
     node_store = _store(index_path, cases)
     extra = {"repository": cases.repository} if cases.repository else {}
-    setup = EvalSetup(pipeline, node_store, SqliteRunStore(store), model_spec, _scope(cases), extra)
+    setup = EvalSetup(pipeline, node_store, open_run_store(store), model_spec, _scope(cases), extra)
     evaluator = Evaluator(setup)
     evaluator.prepare(cases)
     todo = jobs_of(cases, repeat)

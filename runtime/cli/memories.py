@@ -220,11 +220,11 @@ def _run_item(
     run_id: str, store: str | None, domain: str | None, labels: tuple[str, ...]
 ) -> dict[str, Any]:
     """The experience a stored run is recorded as (EXPERIENCE_NOT_FOUND: no such run)."""
-    from runtime.engine.store import SqliteRunStore
+    from runtime.engine.stores import open_run_store
     from runtime.errors import RunError
     from runtime.retrieval.memory_io import run_experience
 
-    runs = SqliteRunStore(store, create=False)
+    runs = open_run_store(store, create=False)
     try:
         state = runs.load(run_id)
     except RunError as exc:

@@ -181,7 +181,7 @@ _durability = click.option(
 @click.option(
     "--store",
     type=click.Path(dir_okay=False),
-    help="Run store (default $RUNTIME_STORE or .runtime/runs.db).",
+    help="Run store: a file or postgresql://... (default $RUNTIME_STORE or .runtime/runs.db).",
 )
 @click.option("--max-steps", type=click.IntRange(min=1), help="Override settings.max_steps.")
 @click.option("--run-id", help="Id for the new run (default random).")
@@ -243,7 +243,7 @@ def exec_(
     from runtime.engine import Engine
     from runtime.engine.services import Services
     from runtime.engine.state import apply_inputs
-    from runtime.engine.store import SqliteRunStore
+    from runtime.engine.stores import open_run_store
     from runtime.errors import refuse_url
 
     loaded = _load_or_exit(pipeline, locked)
@@ -272,7 +272,7 @@ def exec_(
         on_model_chunk=progress.chunk_listener,
     )
     _check_model(services)
-    engine = Engine(loaded, services=services, store=SqliteRunStore(store), durability=durability)
+    engine = Engine(loaded, services=services, store=open_run_store(store), durability=durability)
     _run(
         lambda ev: engine.run(inputs, run_id=run_id, max_steps=max_steps, on_event=ev),
         as_json,
@@ -327,12 +327,12 @@ def resume(
     """
     from runtime.engine import Engine
     from runtime.engine.services import Services
-    from runtime.engine.store import SqliteRunStore
+    from runtime.engine.stores import open_run_store
     from runtime.errors import refuse_url
 
     if index_path:
         refuse_url(index_path, "--index")
-    run_store = SqliteRunStore(store, create=False)
+    run_store = open_run_store(store, create=False)
     file = run_store.run_file(run_id)
     loaded = _load_or_exit(file)
     progress = _progress(loaded, as_json, None)  # RUN_RESUMED names the step

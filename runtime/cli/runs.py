@@ -26,9 +26,9 @@ def runs(
     store: str | None, status: str | None, pipeline: str | None, limit: int, as_json: bool
 ) -> None:
     """List runs with status and timing, newest first."""
-    from runtime.engine.store import SqliteRunStore
+    from runtime.engine.stores import open_run_store
 
-    run_store = SqliteRunStore(store, create=False)
+    run_store = open_run_store(store, create=False)
     rows = run_store.runs(limit, status=status, pipeline=pipeline)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -121,9 +121,9 @@ def trace(
 ) -> None:
     """Show a run's trace events, or the exact prompts its model calls sent."""
     from runtime.engine import trace as tr
-    from runtime.engine.store import SqliteRunStore
+    from runtime.engine.stores import open_run_store
 
-    opened = SqliteRunStore(store, create=False)
+    opened = open_run_store(store, create=False)
     events = opened.events(run_id)
     if show_branches or branch_key is not None:
         from runtime.cli import _branch_view as view

@@ -25,11 +25,11 @@ def verify(run_id: str, store: str | None, as_json: bool) -> None:
     ledger); other errors are coded (STORE_ERROR, RUN_NOT_FOUND, ...).
     """
     from runtime.engine.ledger import describe_report
-    from runtime.engine.store import SqliteRunStore
+    from runtime.engine.stores import open_run_store
     from runtime.errors import RunError
     from runtime.governance.ledger import key_from_env
 
-    run_store = SqliteRunStore(store, create=False)  # a missing file is refused
+    run_store = open_run_store(store, create=False)  # a missing file is refused
     report = run_store.verify_ledger(run_id, key_from_env())
     if report.entries == 0:
         raise RunError(

@@ -98,15 +98,17 @@ def reference(folder: Path) -> dict[str, Any]:
     }
 
 
-def kill_and_resume(folder: Path, name: str, kill_at: str) -> runtime.SqliteRunStore:
-    db = str(folder / f"{name}.db")
+def kill_and_resume(
+    folder: Path, name: str, kill_at: str, db: str | None = None
+) -> runtime.SqliteRunStore:
+    db = db or str(folder / f"{name}.db")
     killed = exec_(folder, db, kill_at=kill_at)
     assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
-    return runtime.SqliteRunStore(db)
+    return runtime.open_run_store(db)
 
 
 def resume(folder: Path, store: runtime.SqliteRunStore) -> None:
-    done = cli(folder, "resume", "k", "--store", store.path)
+    done = cli(folder, "resume", "k", "--store", getattr(store, "url", store.path))
     assert done.returncode == 0, done.stderr
 
 
@@ -136,6 +138,16 @@ def test_a_kill_between_a_compaction_pointer_and_its_checkpoint_keeps_the_counte
 ):
     store = kill_and_resume(folder, "pointer", "checkpoint:2")
     # a1 ran and stored its five pointers; its checkpoint was never written
+    assert store.load("k")["engine"]["step_trace"] == ["prep"]
+    resume(folder, store)
+    assert_same_trace(store, reference)
+
+
+def test_a_run_killed_mid_compaction_resumes_to_the_same_trace_on_postgres(
+    folder, reference, pg_url
+):
+    """The same kill on a Postgres store (issue 34): pointers provisional, counters kept."""
+    store = kill_and_resume(folder, "pg", "checkpoint:2", db=pg_url)
     assert store.load("k")["engine"]["step_trace"] == ["prep"]
     resume(folder, store)
     assert_same_trace(store, reference)
@@ -189,11 +201,11 @@ def _put(store: runtime.SqliteRunStore, pointer_id: str, text: str) -> None:
     store.put_original("r", pointer_id, sha, "text", text)
 
 
-def test_a_resume_drops_only_the_pointers_stored_after_the_last_checkpoint(tmp_path):
+def test_a_resume_drops_only_the_pointers_stored_after_the_last_checkpoint(store_location):
     p = runtime.Pipeline.from_dict(
         {"name": "p", "settings": {"entry_step_id": "a"}, "steps": [{"id": "a", "action": "x"}]}
     )
-    store = runtime.SqliteRunStore(str(tmp_path / "runs.db"))
+    store = runtime.open_run_store(store_location)
     store.create_run("r", p, {})
     _put(store, "ptr-0000000000000001", "kept")
     _checkpoint(store, ["a"], 1)
@@ -204,7 +216,7 @@ def test_a_resume_drops_only_the_pointers_stored_after_the_last_checkpoint(tmp_p
         "ptr-0000000000000001",
         "ptr-0000000000000002",
     ]
-    other = runtime.SqliteRunStore(store.path)  # the resuming process
+    other = runtime.open_run_store(store_location)  # the resuming process
     other.rewind("r")
     assert [q["pointer_id"] for q in other.pointers("r")] == ["ptr-0000000000000001"]
     assert other.get_original("r", "ptr-0000000000000001") == ("text", "kept")

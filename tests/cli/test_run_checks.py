@@ -289,12 +289,10 @@ URL = "postgresql://admin:s3cret@db.example:5432/runs"
     "args",
     [
         ["exec", "{dir}/free.yaml", "--index", URL],
-        ["exec", "{dir}/free.yaml", "--store", URL],
-        ["runs", "--store", URL],
         ["index", "{dir}/prompts", "--index", URL],
         ["search", "orders", "--index", URL],
     ],
-    ids=["exec-index", "exec-store", "runs", "index", "search"],
+    ids=["exec-index", "index", "search"],
 )
 def test_store_urls_are_refused_and_create_nothing(runner, files, monkeypatch, args):
     monkeypatch.chdir(files)

@@ -1,4 +1,4 @@
-"""The SQLite run store: checkpoints, resume after SIGKILL, concurrency, trace, refusals."""
+"""The run store, SQLite and Postgres: checkpoints, resume after SIGKILL, concurrency, trace, refusals."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 
 from runtime.engine import Engine
 from runtime.engine.store import SqliteRunStore
+from runtime.engine.stores import open_run_store
 from runtime.errors import RunError
 
 # A pipeline and its actions, in a module both this test and a killed child process import.
@@ -63,8 +64,8 @@ def mod(tmp_path, monkeypatch):
     return importlib.reload(ticks_mod)
 
 
-def test_checkpoint_and_trace_are_stored(tmp_path, mod):
-    store = SqliteRunStore(str(tmp_path / "runs.db"))
+def test_checkpoint_and_trace_are_stored(store_location, mod):
+    store = open_run_store(store_location)
     result = Engine(mod.PIPELINE, registry=mod.REG, store=store).run({}, run_id="a")
     assert result.status == "completed" and result.output == {
         "final_answer": sum(n * n for n in range(1, 41))
@@ -96,17 +97,17 @@ def test_checkpoint_rewrites_only_changed_variables(tmp_path, mod):
     assert store.load("r")["variables"] == {"big": big, "n": 2}
 
 
-def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, mod):
-    db = str(tmp_path / "runs.db")
+def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, mod, store_location):
+    db = store_location
     reference = Engine(mod.PIPELINE, registry=mod.REG).run({}, run_id="ref")
     script = (
         f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
-        "import ticks_mod\nfrom runtime.engine import Engine\nfrom runtime.engine.store import SqliteRunStore\n"
-        f"Engine(ticks_mod.PIPELINE, registry=ticks_mod.REG, store=SqliteRunStore({db!r}))"
+        "import ticks_mod\nfrom runtime.engine import Engine\nfrom runtime.engine.stores import open_run_store\n"
+        f"Engine(ticks_mod.PIPELINE, registry=ticks_mod.REG, store=open_run_store({db!r}))"
         ".run({}, run_id='k')\n"
     )
     child = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "SLOW_TICK": "1"})
-    store = SqliteRunStore(db)
+    store = open_run_store(db)
     deadline = time.time() + 30
     while time.time() < deadline:
         rows = store.runs()
@@ -118,17 +119,17 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, mod):
     [row] = store.runs()
     # left `running` by a process that is gone: listed as interrupted (runtime/engine/owner.py)
     assert row["status"] == "interrupted" and 5 <= row["steps"] < 41
-    resumed = Engine(mod.PIPELINE, registry=mod.REG, store=SqliteRunStore(db)).resume("k")
+    resumed = Engine(mod.PIPELINE, registry=mod.REG, store=open_run_store(db)).resume("k")
     assert resumed.status == "completed"
     assert resumed.state == reference.state
     assert resumed.steps == reference.steps
     assert resumed.output == reference.output
 
 
-def test_resume_refusals(tmp_path, mod):
+def test_resume_refusals(store_location, mod):
     from runtime.format.pipeline import Pipeline
 
-    store = SqliteRunStore(str(tmp_path / "runs.db"))
+    store = open_run_store(store_location)
     engine = Engine(mod.PIPELINE, registry=mod.REG, store=store)
     engine.run({}, run_id="done")
     with pytest.raises(RunError) as info:
@@ -147,8 +148,8 @@ def test_resume_refusals(tmp_path, mod):
     assert other.resume("f", force=True).status == "completed"
 
 
-def test_twenty_concurrent_runs_in_threads(tmp_path, mod):
-    store = SqliteRunStore(str(tmp_path / "runs.db"))
+def test_twenty_concurrent_runs_in_threads(store_location, mod):
+    store = open_run_store(store_location)
     engine = Engine(mod.PIPELINE, registry=mod.REG, store=store)
     results = []
     threads = [
@@ -164,12 +165,12 @@ def test_twenty_concurrent_runs_in_threads(tmp_path, mod):
     assert {r["status"] for r in store.runs()} == {"completed"}
 
 
-def test_concurrent_runs_in_processes(tmp_path, mod):
-    db = str(tmp_path / "runs.db")
+def test_concurrent_runs_in_processes(tmp_path, mod, store_location):
+    db = store_location
     script = (
         f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
-        "import ticks_mod\nfrom runtime.engine import Engine\nfrom runtime.engine.store import SqliteRunStore\n"
-        f"st = SqliteRunStore({db!r})\n"
+        "import ticks_mod\nfrom runtime.engine import Engine\nfrom runtime.engine.stores import open_run_store\n"
+        f"st = open_run_store({db!r})\n"
         "for i in range(5):\n"
         "    r = Engine(ticks_mod.PIPELINE, registry=ticks_mod.REG, store=st).run({}, run_id=sys.argv[1] + str(i))\n"
         "    assert r.status == 'completed', r.error\n"
@@ -180,7 +181,7 @@ def test_concurrent_runs_in_processes(tmp_path, mod):
     ]
     errors = [p.communicate()[1].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
-    rows = SqliteRunStore(db).runs(limit=100)
+    rows = open_run_store(db).runs(limit=100)
     assert len(rows) == 20 and {r["status"] for r in rows} == {"completed"}
 
 
@@ -189,3 +190,44 @@ def test_store_path_from_environment(tmp_path, monkeypatch):
     assert SqliteRunStore().path == str(tmp_path / "env.db")
     assert json.loads(json.dumps(SqliteRunStore().runs())) == []
     assert Path(tmp_path / "env.db").exists()
+
+
+def test_variables_load_in_the_order_they_were_first_set(store_location, mod):
+    """An update keeps a variable's place: a resumed run's dict is the uninterrupted one's."""
+    store = open_run_store(store_location)
+    store.create_run("r", mod.PIPELINE, {})
+    for variables in ({"b": 1}, {"b": 1, "a": 2}, {"b": 3, "a": 2, "c": 4}):
+        store.checkpoint(
+            "r", position="t", variables=variables, engine={}, events=[], status="running"
+        )
+    fresh = open_run_store(store_location)
+    assert list(fresh.load("r")["variables"].items()) == [("b", 3), ("a", 2), ("c", 4)]
+
+
+def test_originals_slices_and_packs_read_back_the_same(store_location, mod):
+    import hashlib
+
+    store = open_run_store(store_location)
+    store.create_run("r", mod.PIPELINE, {})
+    text = "".join(f"line {n} é\n" for n in range(5000))  # several chunks
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    store.put_original("r", "ptr-1", sha, "text", text)
+    store.put_original("r", "ptr-1", sha, "text", text)  # stored once
+    assert store.get_original("r", "ptr-1") == ("text", text)
+    assert store.read_original("r", "ptr-1", 16_000, 33_000) == text[16_000:33_000]
+    assert store.original_size("r", "ptr-1") == len(text)
+    assert store.pointers("r") == [
+        {"pointer_id": "ptr-1", "sha256": sha, "kind": "text", "chars": len(text)}
+    ]
+    assert store.get_original("r", "ptr-2") is None
+    first = store.save_pack("r", {"step_id": "s", "pack_id": "pk_1", "sections": [1]})
+    second = store.save_pack("r", {"step_id": "u", "pack_id": "pk_2", "sections": [2]})
+    assert (first, second) == (1, 2)
+    assert [p["pack_id"] for p in store.packs("r")] == ["pk_1", "pk_2"]
+    assert [p["seq"] for p in store.packs("r", "u")] == [2]
+    big = {"doc": "y" * 200_000}  # a large input, stored once by content (blobs.py)
+    store.create_run("big", mod.PIPELINE, big)
+    assert open_run_store(store_location).load("big")["inputs"] == big
+    with pytest.raises(RunError) as info:
+        store.create_run("big", mod.PIPELINE, {})
+    assert "already exists" in info.value.message
