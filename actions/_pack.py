@@ -95,6 +95,9 @@ def record(
                 else "conversation_history (use_history)",
             )
     _tools(ctx, b, count, tools)
+    for d in budget.get("evidence_drops") or ():  # issue 29: off-topic and flagged text
+        detail = {k: v for k, v in d.items() if k not in ("id", "reason", "tokens_saved")}
+        b.drop(d["id"], d["reason"], d["tokens_saved"], **detail)
     saved = sum(s["tokens_before"] - s["tokens_after"] for s in summarised.values())
     b.removed_by_call(int(budget.get("original_tokens") or prompt_tokens) - prompt_tokens, saved)
     compaction = budget.get("compaction")

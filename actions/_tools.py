@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from runtime.context.injection import neutralise, scan
 from runtime.contract.action import Path, StepContext
 from runtime.contract.text import invalid_text
 from runtime.errors import ContextOverflowError, ModelError, StepRuntimeError
@@ -258,6 +259,11 @@ def _run(
         )
     except StepRuntimeError as exc:
         return _refuse(ctx, record, exc.code, exc.message)
+    # Text from a store is data: lines that could pass for instructions are quoted as data
+    # (issue 29), and the result is counted as it is sent.
+    result, findings = neutralise(result)
+    if findings:
+        flagged(ctx, f"tool:{call.name}", findings, "neutralised", record)
     tokens = count(result)
     if tokens > room:
         return _refuse(
@@ -307,7 +313,7 @@ def _run_action(
         tool.action().run(sub)
     except StepRuntimeError as exc:  # nothing it staged is kept: the call had no effect
         return _refuse(ctx, record, exc.code, exc.message)
-    shown_value = {name: sub.get(name, None) for name in face.result}
+    shown_value = screen(ctx, face, {name: sub.get(name, None) for name in face.result}, record)
     for name, value in sub.writes.items():
         ctx.set(name, value)
     for name in dict.fromkeys([*merged, *face.accumulate]):
@@ -417,14 +423,14 @@ def _render(face: Any, values: Mapping[str, Any], items: list[Any], cut: list[An
     lines = [f"{face.name} result:"]
     for name in face.result:
         if name != face.items:
-            lines.append(f"{name}: {json.dumps(values.get(name), ensure_ascii=False)}")
+            lines.append(_safe(f"{name}: {json.dumps(values.get(name), ensure_ascii=False)}"))
     if face.items:
         lines.append(f"{face.items}: {len(items)} item(s)")
         evidence = as_evidence(items)
         if items and evidence is not items:
             lines.append(CallModel.render(evidence))
         else:
-            lines.extend(json.dumps(x, ensure_ascii=False) for x in items)
+            lines.extend(_safe(json.dumps(x, ensure_ascii=False)) for x in items)
     if cut:
         ids = [_item_id(x) for x in cut]
         more = f" and {len(ids) - 10} more" if len(ids) > 10 else ""
@@ -432,6 +438,70 @@ def _render(face: Any, values: Mapping[str, Any], items: list[Any], cut: list[An
             f"[{len(cut)} item(s) cut to fit the prompt budget: {', '.join(ids[:10])}{more}]"
         )
     return "\n".join(lines)
+
+
+def _safe(line: str) -> str:
+    """A result line with anything that could pass for an instruction quoted as data."""
+    return neutralise(line)[0]
+
+
+def screen(
+    ctx: StepContext, face: Any, values: Mapping[str, Any], record: dict[str, Any]
+) -> dict[str, Any]:
+    """A tool result's values after the injection detector (issue 29): each flagged item
+    traced, and dropped when the offering step says `on_injection: drop` (its id in the
+    call's `withheld`); other flagged values traced (they are sent quoted as data)."""
+    step = getattr(ctx, "step", None)
+    drop = isinstance(step, Mapping) and step.get("on_injection") == "drop"
+    out = dict(values)
+    where = f"tool:{face.name}"
+    items = values.get(face.items) if face.items else None
+    if isinstance(items, list) and items:
+        kept, withheld = [], []
+        for item in items:
+            # A node record is rendered as an evidence block: its text is what is read.
+            node = isinstance(item, Mapping) and isinstance(item.get("text"), str)
+            findings = scan(item["text"] if node else json.dumps(item, ensure_ascii=False))
+            if not findings:
+                kept.append(item)
+                continue
+            action = "dropped" if drop else "neutralised"
+            flagged(ctx, where, findings, action, record, item=_item_id(item))
+            if drop:
+                withheld.append(_item_id(item))
+            else:
+                kept.append(item)
+        if withheld:
+            record["withheld"] = withheld
+            out[face.items] = kept
+    for name, value in values.items():
+        if name == face.items:
+            continue
+        findings = scan(json.dumps(value, ensure_ascii=False))
+        if findings:
+            flagged(ctx, where, findings, "neutralised", record, variable=name)
+    return out
+
+
+def flagged(
+    ctx: StepContext,
+    where: str,
+    findings: list[Any],
+    action: str,
+    record: Mapping[str, Any],
+    **extra: Any,
+) -> None:
+    """RETRIEVED_INSTRUCTION_FLAGGED for text in a tool result (round, tool, call id)."""
+    ctx.trace(
+        "RETRIEVED_INSTRUCTION_FLAGGED",
+        node=where,
+        action=action,
+        round=record.get("round"),
+        call_id=record.get("call_id"),
+        count=len(findings),
+        findings=[{"kind": f.kind, "line": f.line, "excerpt": f.excerpt} for f in findings[:50]],
+        **extra,
+    )
 
 
 class ToolContext:

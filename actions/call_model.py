@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
-from actions import _jsonish, _redact
+from actions import _evidence_guard, _jsonish, _redact
 from actions._model_trace import trace_model_call
 from runtime.context.blocks import HEADER, as_evidence
 from runtime.context.packs import PACK_BUDGET_SCHEMA
@@ -186,6 +186,8 @@ class CallModel(Action):
             "cite (node ids and paths of evidence blocks, pointers; every tool round "
             "included), for a verify_answer step's shown_from.",
         },
+        "relevance_floor": _evidence_guard.RELEVANCE_SCHEMA,
+        "on_injection": _evidence_guard.INJECTION_SCHEMA,
         "context_policy": POLICY_SCHEMA,
         "pack_budget": PACK_BUDGET_SCHEMA,
         # fidelity and thread_id are step fields of every action (runtime/format/schema.py).
@@ -264,6 +266,9 @@ class CallModel(Action):
                 yield VariableRead((part["source"],), ("user_parts", name, "source"))
         if step.get("use_history") is True:
             yield VariableRead(("conversation_history",), ("use_history",))
+        floor = step.get("relevance_floor")
+        if isinstance(floor, Mapping) and isinstance(floor.get("query_from"), str):
+            yield VariableRead((floor["query_from"],), ("relevance_floor", "query_from"))
 
     @classmethod
     def output_bounds(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, int]:
@@ -682,14 +687,19 @@ class CallModel(Action):
         if mask is not None:
             ctx = cast(StepContext, _redact.MaskedContext(ctx, mask))
             provider = _redact.MaskingProvider(provider, mask)
+        count = ctx.services.tokens_for(provider.config).count
+        # Off-topic and flagged evidence, the minimal safe context, flagged text elsewhere
+        # (issue 29): every read below sees what the guard lets through.
+        guarded = _evidence_guard.guard(ctx, count)
+        if guarded.values:
+            ctx = cast(StepContext, _evidence_guard.GuardedContext(ctx, guarded.values))
         messages, own, fidelity = self.assemble(ctx, provider)
         reserve = int(ctx.step.get("max_output_tokens", DEFAULT_MAX_OUTPUT))
         # A `full` step sends its thread (a degraded one sends none: its turns, if any, are
         # conversation_history's).
         thread = fidelity.get("thread_id") if fidelity.get("fidelity") == "full" else None
         preamble = int(fidelity.get("preamble_tokens") or 0)
-        budget: dict[str, Any] = {}
-        count = ctx.services.tokens_for(provider.config).count
+        budget: dict[str, Any] = {"evidence_drops": guarded.drops}
         offered = self.offered_tools(ctx, count) if ctx.step.get("tools") else []
         # The first request carries the offered tools' specs: the messages get what is left.
         specs = sum(count(json.dumps(t.spec(), sort_keys=True)) for t in offered)

@@ -25,6 +25,8 @@ def run_tools(
     rounds: int = 4,
     window: int | None = None,
     tool_policy: Any = None,
+    step: dict[str, Any] | None = None,
+    prepare: Any = None,
 ) -> Any:
     """Run `ask` (tools offered, the question as its user part) with `turns` scripted."""
     (tmp_path / "prompts").mkdir(exist_ok=True)
@@ -48,6 +50,7 @@ def run_tools(
                 "max_tool_rounds": rounds,
                 "tools": tools,
                 "user_parts": {"q": {"source": "question", "template": "Question: {}"}},
+                **(step or {}),
                 "next": "done",
             },
             {"id": "done", "action": "finalize", "source": "last_model_response"},
@@ -59,6 +62,8 @@ def run_tools(
     )
     if tool_policy is not None:
         services.tool_policy = tool_policy  # type: ignore[attr-defined]
+    if prepare is not None:  # e.g. a pointer's original put in the run's store
+        prepare(services)
     question = {"question": "Which stored procedure writes the OrderLines table?"}
     # A fixed run id: the preamble names it, so two runs of a test count the same prompt.
     return Engine(pipeline, services=services).run(
