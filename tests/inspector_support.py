@@ -32,10 +32,11 @@ HOSTILE_REPLY = f"The answer is {HOSTILE} [eshop::main::procedure::dbo.usp_Place
 class StoreRuns:
     """A stand-in runs reader over a SQLite run store (the server's RunsService in tests)."""
 
-    def __init__(self, store_path: str) -> None:
+    def __init__(self, store_path: str, reports: dict[str, Any] | None = None) -> None:
         from runtime.engine.store import SqliteRunStore
 
         self.store = SqliteRunStore(store_path, create=False)
+        self.reports = reports or {}  # name -> a report.json's content
 
     def list_runs(
         self, *, pipeline: str | None = None, status: str | None = None, limit: int = 50
@@ -66,7 +67,9 @@ class StoreRuns:
         return graph_data(pipeline, default_registry())
 
     def eval_reports(self, run_id: str) -> list[dict[str, Any]]:
-        return []
+        from runtime.serve.inspector import eval_entries
+
+        return [e for name, r in self.reports.items() for e in eval_entries(r, name, run_id)]
 
     def pipelines(self) -> list[str]:
         return sorted({str(r["pipeline"]) for r in self.store.runs(10_000)})

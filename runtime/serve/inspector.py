@@ -15,6 +15,7 @@ Routes:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,6 +50,33 @@ class RunsReader(Protocol):
     def graph(self, run_id: str) -> dict[str, Any] | None: ...
     def eval_reports(self, run_id: str) -> list[dict[str, Any]]: ...
     def pipelines(self) -> list[str]: ...
+
+
+def eval_entries(report: Mapping[str, Any], name: str, run_id: str) -> list[dict[str, Any]]:
+    """What a `runtime eval` report.json says of one run (docs/eval.md): one entry per row.
+
+    For a RunsService's `eval_reports`: each entry names the report, its pipeline, model and
+    verdict, the case and variant the run was, and the run's measures.
+    """
+    from runtime.eval.report import COST, QUALITY
+
+    out = []
+    for row in report.get("runs") or ():
+        if not isinstance(row, Mapping) or row.get("run_id") != run_id:
+            continue
+        out.append(
+            {
+                "name": f"{name}: case {row.get('case')}, variant {row.get('variant')}",
+                "metrics": {m: row.get(m) for m in (*QUALITY, *COST) if m in row},
+                "report": name,
+                "pipeline": report.get("pipeline"),
+                "model": report.get("model"),
+                "passed": report.get("passed"),
+                "error": row.get("error"),
+                "evidence_shown": row.get("evidence_shown"),
+            }
+        )
+    return out
 
 
 def static_text(name: str) -> str:

@@ -15,9 +15,27 @@ from inspector_support import HOSTILE, QUESTION, StoreRuns, make_runs, serve
 from runtime.serve.inspector import CSP
 
 
+def eval_row(case: str, run_id: str, recall: float) -> dict:
+    """A run's row of a `runtime eval` report (the keys runtime/eval/runner.py writes)."""
+    return {
+        "case": case, "variant": "base", "size": None, "size_unit": None, "position": None,
+        "seed": 0, "repeat": 1, "run_id": run_id, "status": "completed", "error": None,
+        "evidence_recall": recall, "fact_coverage": 0.5, "answer_contains": 1.0,
+        "tools_used": None, "within_max_tokens": None, "evidence_positions": [],
+        "evidence_shown": ["eshop::main::table::dbo.OrderLines"], "distractors_seen": 0,
+        "blocks": 3, "tokens_in": 5000, "tokens_out": 400, "model_calls": 3,
+        "latency_s": 0.2, "steps": 12, "answer": "a", "context": [],
+    }  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    return StoreRuns(make_runs(tmp_path_factory.mktemp("inspector")))
+    from runtime.eval.report import build
+
+    rows = [eval_row("orderlines", "good", 0.75), eval_row("other", "elsewhere", 0.25)]
+    report = build(rows, pipeline="code_qa", cases_file="cases.yaml", model="extractive", repeat=1)
+    store = make_runs(tmp_path_factory.mktemp("inspector"))
+    return StoreRuns(store, reports={"evals/nightly/report.json": report})
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +171,22 @@ def test_graph_is_server_drawn_svg_with_every_step_and_visited_marked(url, runs)
     ran = {e["step_id"] for e in runs.trace("good") if e["type"] == "STEP"}
     visited = re.findall(r'<g class="node[^"]*visited[^"]*">.*?<title>([^<]+)</title>', graph)
     assert set(visited) == ran
-    assert "route retrieve" in graph or "retrieve" in graph  # an edge label
+    assert ">other / route retrieve<" in graph  # two edges between the same steps, joined
+    # route's two caught codes go to the same step: one edge, its codes in the tooltip
+    assert re.search(
+        r">catch 2 codes<title>catch (INVALID_STRUCTURED_OUTPUT|MODEL_OUTPUT_TRUNCATED) / catch ",
+        graph,
+    )
+
+
+def test_eval_reports_that_name_the_run_show_its_measures(url):
+    page = get(url, "/inspect/runs/good").text
+    evals = page[page.index('id="evals"') :]
+    assert "Eval reports (1)" in evals
+    assert "evals/nightly/report.json: case orderlines, variant base" in evals
+    assert "<tr><th>evidence_recall</th><td>0.75</td></tr>" in evals
+    assert "case other" not in evals  # another run's row
+    assert "Eval reports (0)" in get(url, "/inspect/runs/hostile").text
 
 
 def test_unknown_run_is_404_and_unknown_static_file_is_refused(url):
