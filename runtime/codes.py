@@ -541,6 +541,19 @@ _CODES: list[Code] = [
         "pip install 'step-runtime[postgres]'.",
     ),
     Code(
+        "STORE_COPY_MISMATCH",
+        "run",
+        "`runtime store copy` read back a table that differs from the source (row count or "
+        "SHA-256 of its rows); the copy was rolled back.",
+        "Nothing was copied. Check the target database (disk, encoding) and copy again.",
+    ),
+    Code(
+        "STORE_COPY_TARGET_NOT_EMPTY",
+        "run",
+        "`runtime store copy` was given a target store that already holds runs.",
+        "Copy into a new SQLite file or an empty Postgres database.",
+    ),
+    Code(
         "STORE_URL_INVALID",
         "run",
         "A postgresql:// store URL is malformed or names an unknown connection option.",

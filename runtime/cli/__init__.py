@@ -45,6 +45,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Resume a crashed or failed run from its last checkpoint.",
     ),
     "runs": ("runtime.cli.runs", "runs", "List runs in the run store."),
+    "store": (
+        "runtime.cli.store",
+        "store",
+        "Migrate a run store, or copy one between SQLite and Postgres (verified).",
+    ),
     "trace": ("runtime.cli.runs", "trace", "Show a run's trace."),
     "context": (
         "runtime.cli.context",

@@ -419,7 +419,7 @@ class PostgresRunStore(SqliteRunStore):
                 )
             if not create:
                 raise StoreError(f"no run store at {self.path}", code="STORE_NOT_FOUND")
-        self.migrate(db)
+        self.applied = self.migrate(db)  # what this open applied (`runtime store migrate`)
 
     @staticmethod
     def migrate(db: _Conn) -> list[str]:
