@@ -22,11 +22,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine import REG, pipeline  # noqa: E402 (benchmarks/engine.py)
+from engine import REG, pipeline
 
-from runtime.engine import Engine  # noqa: E402
-from runtime.engine.stores import open_run_store  # noqa: E402
-from tests.postgres import PostgresServer  # noqa: E402
+from runtime.engine import Engine
+from runtime.engine.stores import open_run_store
+from tests.postgres import PostgresServer
 
 
 def rate(steps: int, store: Any, repeat: int) -> float:
