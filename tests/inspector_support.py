@@ -61,7 +61,7 @@ class StoreRuns:
     def graph(self, run_id: str) -> dict[str, Any] | None:
         from runtime.contract.registry import default_registry
         from runtime.format.validation import load_pipeline
-        from runtime.serve._svg import graph_data
+        from runtime.serve.inspector import graph_data
 
         pipeline = load_pipeline(self.store.run_file(run_id), for_execution=False)
         return graph_data(pipeline, default_registry())

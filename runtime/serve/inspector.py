@@ -19,6 +19,10 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runtime.serve._svg import graph_data
+
+__all__ = ["CSP", "RunsReader", "eval_entries", "graph_data", "inspector_routes"]
+
 if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
@@ -39,17 +43,42 @@ LIMIT = 200  # runs listed
 
 
 class RunsReader(Protocol):
-    """What the inspector reads of the run store (h33api's RunsService provides it)."""
+    """What the inspector reads of the run store (the server's RunsService provides it).
+
+    Every method returns plain data (dicts of JSON values); tests/inspector_support.py
+    has a stand-in over a SQLite run store.
+    """
 
     def list_runs(
         self, *, pipeline: str | None = None, status: str | None = None, limit: int = 50
-    ) -> list[dict[str, Any]]: ...
-    def get_run(self, run_id: str) -> dict[str, Any]: ...
-    def trace(self, run_id: str) -> list[dict[str, Any]]: ...
-    def packs(self, run_id: str) -> list[dict[str, Any]]: ...
-    def graph(self, run_id: str) -> dict[str, Any] | None: ...
-    def eval_reports(self, run_id: str) -> list[dict[str, Any]]: ...
-    def pipelines(self) -> list[str]: ...
+    ) -> list[dict[str, Any]]:
+        """Runs newest first, as `SqliteRunStore.runs` gives them (run_id, pipeline, status,
+        created_at, seconds, steps, error)."""
+        ...
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        """A `list_runs` row plus `inputs` and `output`; RunError RUN_NOT_FOUND when unknown."""
+        ...
+
+    def trace(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's trace events in order (`SqliteRunStore.events`)."""
+        ...
+
+    def packs(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's context packs (`SqliteRunStore.packs`); [] when none were recorded."""
+        ...
+
+    def graph(self, run_id: str) -> dict[str, Any] | None:
+        """`graph_data(pipeline, registry)` of the pipeline the run ran; None: not served."""
+        ...
+
+    def eval_reports(self, run_id: str) -> list[dict[str, Any]]:
+        """Entries of eval reports that name the run (`eval_entries`); [] when none."""
+        ...
+
+    def pipelines(self) -> list[str]:
+        """Pipeline names offered by the runs list's filter."""
+        ...
 
 
 def eval_entries(report: Mapping[str, Any], name: str, run_id: str) -> list[dict[str, Any]]:

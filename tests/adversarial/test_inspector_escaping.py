@@ -172,6 +172,21 @@ def test_a_hostile_run_fires_no_dialog_and_shows_its_text_literally(tmp_path):
         assert HOSTILE_REPLY.replace("\x1b", "\\x1b") in shown  # the answer step's reply
         assert page.locator("main img").count() == 0
         assert page.locator("script").count() == 1  # the inspector's own
+        # markup that slipped through escaping still would not run: the CSP refuses inline
+        # script and event handlers (the page's own script is a file of the same origin)
+        page.evaluate(
+            """() => {
+              const s = document.createElement('script');
+              s.textContent = 'window.__ran = 1';
+              document.body.appendChild(s);
+              const i = document.createElement('img');
+              i.setAttribute('onerror', 'window.__ran = 2');
+              i.src = 'data:,x';
+              document.body.appendChild(i);
+            }"""
+        )
+        page.wait_for_timeout(300)
+        assert page.evaluate("() => window.__ran") is None
         page.screenshot(path=str(tmp_path / "hostile.png"), full_page=True)
         browser.close()
     assert dialogs == []
