@@ -103,6 +103,7 @@ def nodes(req: Request, node_store: Any) -> list[Candidate]:
                     fields=meta,
                     origin=origin,
                     commit=sha,
+                    labels=tuple(sorted(n.labels)),
                 )
             )
             continue
@@ -121,6 +122,7 @@ def nodes(req: Request, node_store: Any) -> list[Candidate]:
                 end_line=n.end_line,
                 language=n.language,
                 name=n.name,
+                labels=tuple(sorted(n.labels)),
             )
         )
     return out
@@ -148,6 +150,7 @@ def _recalled(req: Request, hits: list[Any], kind: str) -> list[Candidate]:
                 location=location,
                 fields=fields,
                 commit=str(fields.get("commit") or ""),
+                labels=tuple(sorted(r.labels)),
             )
         )
     return out
@@ -230,6 +233,14 @@ def state_items(name: str, variable: str, value: Any) -> list[Candidate]:
                 start_line=int(meta.get("start_line") or 0),
                 end_line=int(meta.get("end_line") or 0),
                 commit=str(meta.get("commit") or ""),
+                labels=_state_labels(meta.get("labels")),
             )
         )
     return out
+
+
+def _state_labels(value: Any) -> tuple[str, ...] | None:
+    """A state item's labels, when its metadata lists them."""
+    if isinstance(value, list | tuple) and all(isinstance(x, str) for x in value):
+        return tuple(sorted(value))
+    return None

@@ -11,7 +11,10 @@ Where each section comes from (docs/packs.md):
 - policy: the step's system prompt file; fidelity: the preamble, or a `full` thread's turns;
 - history: conversation_history turns; tools: the specs of the tools offered;
 - user: parts reading a run input (the question); task: other parts and the templates;
-- knowledge: evidence blocks, one item per node; memory: nothing fills it yet.
+- knowledge: evidence blocks, one item per node;
+- memory: the memories, experiences and values of an assemble_context pack a part reads
+  (its `<output_to>_markdown`); the pack's code, docs and commits go to knowledge, and
+  what the assembly left out or cut goes to the drop report (`by: assemble_context`).
 """
 
 from __future__ import annotations
@@ -213,6 +216,10 @@ def _user_parts(
         if blocks is not None:
             evidence += [(f"{sid}[{j}]", blk) for j, blk in enumerate(blocks)]
             continue
+        record = _assembly_record(ctx, source, value)
+        if record is not None:
+            _assembled(b, source, record, count)
+            continue
         text = render(value)
         s = summarised.get(sid)
         # Sent summarised: its pointer block (the original is not counted again: it may be
@@ -248,6 +255,100 @@ def _blocks(value: Any) -> list[str] | None:
     if isinstance(value, str) and HEADER in value:
         return split_blocks(value)
     return None
+
+
+# Item kinds of an assembly record that are memory (premortem's facets are experiences').
+MEMORY_KINDS = frozenset({"memory", "experience", "value", "facet"})
+# An assembly drop reason (its start) as the drop report's reason.
+ASSEMBLY_DROPS = (
+    ("duplicate of ", "duplicate"),
+    ("over budget", "budget_skip"),
+    ("max_items", "budget_skip"),
+    ("over the item cap", "per_item_cap"),
+)
+
+
+def _assembly_record(ctx: StepContext, source: str, value: Any) -> Mapping[str, Any] | None:
+    """The assemble_context record whose markdown a part reads (`X_markdown` beside `X`)."""
+    if not isinstance(value, str) or not source.endswith("_markdown"):
+        return None
+    record = ctx.get(source[: -len("_markdown")], None)
+    if (
+        isinstance(record, Mapping)
+        and record.get("markdown") == value
+        and isinstance(record.get("items"), list)
+        and isinstance(record.get("dropped"), list)
+    ):
+        return record
+    return None
+
+
+def _assembled(b: packs.PackBuilder, source: str, record: Mapping[str, Any], count: Any) -> None:
+    """An assembly's items in the memory (or knowledge) section, its drops in the report."""
+    items = [i for i in record["items"] if isinstance(i, Mapping)]
+    kinds = {"memory" if i.get("kind") in MEMORY_KINDS else "knowledge" for i in items}
+    shown = 0
+    for i in items:
+        kind = "memory" if i.get("kind") in MEMORY_KINDS else "knowledge"
+        # The record is state: any step could have written one, so each field is checked.
+        tokens = _count(i.get("tokens")) or 0
+        shown += tokens
+        name = packs.clip(str(i.get("source")))
+        labels = i.get("labels")
+        item: dict[str, Any] = {
+            "id": str(i.get("id")),
+            "source": f"assembly:{name}",
+            "score": _number(i.get("score")),
+            "labels": [packs.clip(x) for x in labels[:50]] if _strings(labels) else None,
+            "reason": f"assembled from source {name!r} ({packs.clip(str(i.get('kind')))}) by score",
+            "location": packs.clip(str(i.get("location"))),
+        }
+        if i.get("truncated"):
+            item["truncated"] = True
+            b.drop(
+                item["id"],
+                "per_item_cap",
+                None,
+                by="assemble_context",
+                source=name,
+                shortened=True,
+                full_tokens=_count(i.get("full_tokens")),
+                pointer_id=packs.clip(i.get("pointer_id")),
+            )
+        b.add(kind, tokens, item=item)
+        b.reason(kind, f"the assembled context in {source}")
+    # Its section headings and footer: the assembly's framing, where its items are.
+    rest = count(record["markdown"]) - shown if items else 0
+    if rest > 0:
+        b.add("memory" if "memory" in kinds else "knowledge", rest)
+    for d in record["dropped"]:
+        if not isinstance(d, Mapping):
+            continue
+        why = str(d.get("reason") or "")
+        reason = next((r for start, r in ASSEMBLY_DROPS if why.startswith(start)), "assembly")
+        b.drop(
+            str(d.get("id")),
+            reason,
+            _count(d.get("tokens")),
+            by="assemble_context",
+            source=packs.clip(str(d.get("source"))),
+            note=why,
+        )
+
+
+def _count(value: Any) -> int | None:
+    """A token count from state, or None."""
+    return value if type(value) is int and value >= 0 else None
+
+
+def _number(value: Any) -> float | int | None:
+    """A score from state, or None."""
+    return value if type(value) in (int, float) else None
+
+
+def _strings(value: Any) -> bool:
+    """Whether a value from state is a list of strings."""
+    return isinstance(value, list) and all(isinstance(x, str) for x in value)
 
 
 def _knowledge(

@@ -41,6 +41,7 @@ def _facet(c: Candidate, facet: str, rows: list[tuple[str, Any]]) -> Candidate:
         score=c.score,
         location=c.location,
         fields={**c.fields, "rows": shown, "title": c.id},
+        labels=c.labels,
     )
 
 
@@ -106,6 +107,7 @@ def strategy_table(found: list[Candidate], source: str, wanted: str | None) -> l
                 score=score,
                 location="experiences " + ", ".join(sorted(c.id for c in items)),
                 fields={"rows": [(k, v) for k, v in rows if v], "title": f"strategy {name}"},
+                labels=tuple(sorted({x for c in items for x in c.labels or ()})),
             )
         )
     return out

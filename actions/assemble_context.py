@@ -242,6 +242,17 @@ class AssembleContext(Action):
                 yield VariableRead((step[key],), (key,))
 
     @classmethod
+    def output_bounds(cls, step: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, int]:
+        """The markdown never exceeds max_tokens (unless soft: it may go over)."""
+        limit = step.get("max_tokens")
+        if limit is None and isinstance(step.get("max_tokens_from_settings"), str):
+            limit = settings.get(step["max_tokens_from_settings"])
+        if step.get("soft") or not isinstance(limit, int) or isinstance(limit, bool):
+            return {}
+        out = step.get("output_to") or DEFAULT_OUTPUT
+        return {step.get("markdown_to") or f"{out}_markdown": limit}
+
+    @classmethod
     def step_writes(cls, step: Mapping[str, Any]) -> Iterator[str]:
         """output_to and markdown_to."""
         out = step.get("output_to") or DEFAULT_OUTPUT

@@ -71,6 +71,7 @@ class Candidate:
     language: str = ""
     name: str = ""
     rank_score: float = 0.0  # after scaling and boosts
+    labels: tuple[str, ...] | None = None  # its security labels (None: not known)
 
 
 @dataclass(frozen=True)
@@ -555,6 +556,7 @@ def _render(
                 "tokens": e.tokens,
                 "truncated": e.truncated,
                 "location": e.cand.location,
+                "labels": list(e.cand.labels) if e.cand.labels is not None else None,
             }
             if e.truncated:
                 item["full_tokens"] = e.full_tokens

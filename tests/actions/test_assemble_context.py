@@ -348,3 +348,15 @@ def test_a_budget_is_required(tmp_path):
     with pytest.raises(PipelineInvalidError) as err:
         load_pipeline(str(path))
     assert "ASSEMBLY_BUDGET_MISSING" in {d.code for d in err.value.diagnostics}
+
+
+def test_the_markdown_is_bounded_by_max_tokens_for_the_static_budget_unless_soft():
+    from actions.assemble_context import AssembleContext
+
+    bound = AssembleContext.output_bounds
+    assert bound(step(max_tokens=700), {}) == {"assembled_context_markdown": 700}
+    assert bound({"max_tokens_from_settings": "b", "output_to": "bg"}, {"b": 300}) == {
+        "bg_markdown": 300
+    }
+    assert bound(step(markdown_to="md"), {}) == {"md": 1500}
+    assert bound(step(soft=True), {}) == {}

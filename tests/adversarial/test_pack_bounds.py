@@ -16,6 +16,10 @@ from runtime.format.pipeline import Pipeline
 
 
 def run(tmp_path, inputs: dict[str, Any]):
+    return run_parts(tmp_path, inputs, {"q": {"source": "question"}, "e": {"source": "blocks"}})
+
+
+def run_parts(tmp_path, inputs: dict[str, Any], parts: dict[str, Any]):
     (tmp_path / "prompts").mkdir(exist_ok=True)
     (tmp_path / "prompts" / "sys.md").write_text("Answer.\n")
     data = {
@@ -29,7 +33,7 @@ def run(tmp_path, inputs: dict[str, Any]):
                 "action": "call_model",
                 "prompt_key": "sys",
                 "model": "big",
-                "user_parts": {"q": {"source": "question"}, "e": {"source": "blocks"}},
+                "user_parts": parts,
                 "next": "f",
             },
             {"id": "f", "action": "finalize", "source": "last_model_response"},
@@ -82,3 +86,50 @@ def test_drops_past_the_cap_are_counted_not_kept():
     assert len(pack["drops"]["items"]) == packs.MAX_DROPS
     assert pack["drops"]["omitted"] == 7
     assert all(len(d["id"]) <= packs.MAX_FIELD + 20 for d in pack["drops"]["items"])
+
+
+def test_a_forged_assembly_record_in_state_keeps_the_pack_bounded(tmp_path):
+    # Any step can write state: a record shaped like assemble_context's, with huge and
+    # ill-typed fields, read through its markdown, gives a bounded pack and no error.
+    huge = "x" * 200_000
+    items = [
+        {
+            "id": huge + str(i),
+            "source": huge,
+            "kind": "memory",
+            "tokens": "many",
+            "score": "high",
+            "labels": [huge, 1],
+            "location": huge,
+            "truncated": True,
+            "full_tokens": -5,
+            "pointer_id": huge,
+        }
+        for i in range(packs.MAX_ITEMS + 50)
+    ]
+    items.append(
+        {
+            "id": "ok",
+            "source": "s",
+            "kind": "code",
+            "tokens": 7,
+            "score": 0.5,
+            "labels": ["internal"] * 500,
+        }
+    )
+    dropped = [{"id": huge, "source": huge, "reason": huge, "tokens": 2.5}] * 20
+    record = {"markdown": "some markdown", "items": items, "dropped": dropped}
+    data = {"question": "q?", "evil": record, "evil_markdown": "some markdown"}
+    pack = run_parts(
+        tmp_path, data, {"q": {"source": "question"}, "e": {"source": "evil_markdown"}}
+    )
+    body = packs.canonical_bytes(pack)
+    assert len(body) < 2_000_000  # 1,000 items of five fields cut at 200 characters
+    kept = [i for s in pack["sections"] for i in s["items"]]
+    assert len(kept) == packs.MAX_ITEMS and pack["items_omitted"] > 0
+    for item in kept:
+        assert all(len(str(v)) <= packs.MAX_FIELD + 40 for k, v in item.items() if k != "labels")
+        assert item.get("score") is None or isinstance(item["score"], float)
+        assert item.get("labels") is None or len(item["labels"]) <= 50
+    for d in pack["drops"]["items"]:
+        assert d["tokens_saved"] is None and len(d.get("note", "")) <= packs.MAX_FIELD + 40
