@@ -554,6 +554,13 @@ _CODES: list[Code] = [
         "Copy into a new SQLite file or an empty Postgres database.",
     ),
     Code(
+        "STORE_LEASE_LOST",
+        "run",
+        "A worker wrote to a run whose lease another worker has taken over since (it was "
+        "paused or cut off past its lease); the write was refused.",
+        "Nothing to do: the worker holding the lease continues the run from its last checkpoint.",
+    ),
+    Code(
         "STORE_URL_INVALID",
         "run",
         "A postgresql:// store URL is malformed or names an unknown connection option.",

@@ -118,12 +118,33 @@ def _pg001_run_store(db: Any) -> None:
         db.execute(statement)
 
 
+def _pg002_workers(db: Any) -> None:
+    """Runs queued for workers, and each run's lease (runtime/engine/workers.py; Postgres only).
+
+    A worker takes a run's lease before executing it: the epoch goes up by one, and every
+    write of that run checks, in its own transaction, that the epoch is still the one it
+    took (a fencing token): a worker paused past its lease, whose run another worker took
+    over, has its late writes refused (STORE_LEASE_LOST).
+    """
+    db.execute(
+        "CREATE TABLE run_submissions (run_id text PRIMARY KEY, pipeline text NOT NULL,"
+        " file text NOT NULL, inputs text NOT NULL, submitted_at double precision NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE run_leases (run_id text PRIMARY KEY, epoch bigint NOT NULL,"
+        " worker text NOT NULL, taken_at double precision NOT NULL)"
+    )
+
+
 # Ordered and named like the SQLite store's MIGRATIONS; append, never edit. A SQLite
 # migration that adds or changes a table needs its counterpart here (the schema test fails
 # until it has one).
 MIGRATIONS: list[tuple[str, Callable[[Any], None]]] = [
     ("pg001_run_store", _pg001_run_store),
+    ("pg002_workers", _pg002_workers),
 ]
+# Tables only the Postgres store has (workers).
+POSTGRES_ONLY = ("run_submissions", "run_leases")
 TABLES = (
     "runs run_vars checkpoints events run_inputs run_steps run_pointers run_threads"
     f" original_index original_chunks run_pointers_pending run_choices originals"
@@ -264,6 +285,18 @@ class _Conn:
             self._run(lambda: self.conn.cursor().executemany(text, batch), sql)
 
 
+class _InTx:
+    """One write statement in a transaction of its own (fenced like the store's others)."""
+
+    def __init__(self, store: PostgresRunStore, durability: str | None) -> None:
+        self.store = store
+        self.durability = durability
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> _Result:
+        result: _Result = self.store._tx(lambda db: db.execute(sql, params), self.durability)
+        return result
+
+
 class _Pooled:
     """Statements outside a transaction: each on a connection borrowed from the pool."""
 
@@ -336,6 +369,7 @@ class PostgresRunStore(SqliteRunStore):
         self._local = threading.local()
         self._runs: dict[str, _RunMemo] = {}
         self._lock = threading.Lock()
+        self._fences: dict[str, int] = {}  # run id -> the lease epoch this store writes under
         self.timeout = float(timeout or os.environ.get(TIMEOUT_ENV) or 10)
         size = int(pool_max or os.environ.get(POOL_MAX_ENV) or 8)
         connect = {"connect_timeout": max(1, int(self.timeout)), "application_name": "step-runtime"}
@@ -376,7 +410,47 @@ class PostgresRunStore(SqliteRunStore):
         return _Pooled(self)
 
     def _durable(self, durability: str | None = None) -> Any:
-        return _Pooled(self)
+        # a single write statement (save_pack): in a transaction that checks the run's lease
+        return _InTx(self, durability)
+
+    # --- leases (workers): a fencing token checked in every write transaction of a run ----
+    def take_lease(self, run_id: str, worker: str) -> int:
+        """Take a run's lease for this store's writes: its new epoch (the last one + 1)."""
+        epoch = self._tx(
+            lambda db: db.execute(
+                "INSERT INTO run_leases (run_id, epoch, worker, taken_at) VALUES (?, 1, ?, ?)"
+                " ON CONFLICT (run_id) DO UPDATE SET epoch = run_leases.epoch + 1,"
+                " worker = excluded.worker, taken_at = excluded.taken_at RETURNING epoch",
+                (run_id, worker, time.time()),
+            ).fetchone()[0]
+        )
+        with self._lock:
+            self._fences[run_id] = int(epoch)
+        return int(epoch)
+
+    def drop_lease(self, run_id: str) -> None:
+        """Stop fencing this store's writes of a run (the worker is done with it)."""
+        with self._lock:
+            self._fences.pop(run_id, None)
+
+    def _check_fence(self, conn: Any) -> None:
+        """In a write transaction of a leased run: refuse it unless the lease is still ours."""
+        run_id = getattr(self._local, "run", None)
+        epoch = self._fences.get(run_id) if run_id is not None else None
+        if epoch is None:
+            return
+        # FOR SHARE: a worker taking the lease over waits for this transaction, and this
+        # one for its; the epoch read is the one in force when this commits.
+        row = conn.execute(
+            "SELECT epoch, worker FROM run_leases WHERE run_id = %s FOR SHARE", (run_id,)
+        ).fetchone()
+        if row is None or int(row[0]) != epoch:
+            holder = f"worker {row[1]} (epoch {row[0]})" if row else "nobody"
+            raise StoreError(
+                f"run store {self.path}: run {run_id}: this worker's lease (epoch {epoch}) was "
+                f"taken over by {holder}; the write was refused",
+                code="STORE_LEASE_LOST",
+            )
 
     def _tx(self, fn: Callable[[Any], Any], durability: str | None = None) -> Any:
         """fn in one transaction on one pooled connection, committed at the durability wanted."""
@@ -393,6 +467,7 @@ class PostgresRunStore(SqliteRunStore):
                     conn.execute(
                         "SET LOCAL synchronous_commit TO " + ("on" if wanted == "full" else "off")
                     )
+                    self._check_fence(conn)
                     return fn(_Conn(conn, self.path))
             except gone as exc:
                 raise unavailable(self.path, exc) from exc
@@ -481,11 +556,40 @@ class PostgresRunStore(SqliteRunStore):
         cap = None if stored == "running" else limit
         try:
             rows = self._conn().execute(sql + "ORDER BY created_at DESC LIMIT ?", (*args, cap))
+            leases = {
+                r[0]: r[1]
+                for r in self._conn().execute(
+                    "SELECT l.run_id, l.worker FROM run_leases l JOIN runs r ON r.id = l.run_id"
+                    " WHERE r.status = 'running'"
+                )
+            }
+            queued = self._conn().execute(
+                "SELECT s.run_id, s.pipeline, s.submitted_at FROM run_submissions s"
+                " WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = s.run_id)"
+                " ORDER BY s.submitted_at DESC"
+            )
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"run store {self.path}: runs: {exc} (store damaged?)") from exc
         import json
 
-        out = []
+        out: list[dict[str, Any]] = []
+        if status in (None, "queued"):
+            for run_id, name, at in queued:
+                if pipeline is None or pipeline == name:
+                    out.append(
+                        {
+                            "run_id": run_id,
+                            "pipeline": name,
+                            "status": "queued",
+                            "created_at": at,
+                            "updated_at": at,
+                            "seconds": 0.0,
+                            "steps": 0,
+                            "error": None,
+                            "model": None,
+                            "worker": None,
+                        }
+                    )
         for r in rows:
             shown = "interrupted" if r[2] == "running" and is_gone(_owner(r[8])) else r[2]
             if status is not None and shown != status:
@@ -501,9 +605,45 @@ class PostgresRunStore(SqliteRunStore):
                     "steps": r[5],
                     "error": json.loads(r[6]) if r[6] else None,
                     "model": r[7],
+                    "worker": leases.get(r[0]) if shown == "running" else None,
                 }
             )
         return out[:limit]
+
+    # --- submissions (workers) ----------------------------------------------------------
+    def submit_run(self, run_id: str, pipeline: str, file: str, inputs: dict[str, Any]) -> None:
+        """Record a run queued for a worker (listed `queued` until a worker starts it)."""
+        import json
+
+        def fn(db: _Conn) -> None:
+            taken = db.execute(
+                "SELECT 1 FROM runs WHERE id = ? UNION ALL"
+                " SELECT 1 FROM run_submissions WHERE run_id = ?",
+                (run_id, run_id),
+            ).fetchone()
+            if taken:
+                raise StoreError(f"run id {run_id!r} already exists")
+            db.execute(
+                "INSERT INTO run_submissions VALUES (?, ?, ?, ?, ?)",
+                (run_id, pipeline, file, json.dumps(inputs), time.time()),
+            )
+
+        self._tx(fn)
+
+    def submission(self, run_id: str) -> dict[str, Any] | None:
+        """A queued run's pipeline file and inputs; None when it was not submitted."""
+        import json
+
+        row = (
+            self._conn()
+            .execute(
+                "SELECT pipeline, file, inputs FROM run_submissions WHERE run_id = ?", (run_id,)
+            )
+            .fetchone()
+        )
+        if row is None:
+            return None
+        return {"pipeline": row[0], "file": row[1], "inputs": json.loads(row[2])}
 
     def verify_ledger(self, run_id: str, key: bytes | None) -> _ledger.Report:
         """Recompute a run's provenance ledger from its stored rows, text read as bytes."""
@@ -538,3 +678,35 @@ class PostgresRunStore(SqliteRunStore):
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.close()
+
+
+def _fenced(name: str) -> Callable[..., Any]:
+    """A write method that names its run to the transactions it opens (their lease check)."""
+    import functools
+
+    base = getattr(PostgresRunStore, name)
+
+    @functools.wraps(base)
+    def method(self: PostgresRunStore, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        before = getattr(self._local, "run", None)
+        self._local.run = run_id
+        try:
+            return base(self, run_id, *args, **kwargs)
+        finally:
+            self._local.run = before
+
+    return method
+
+
+for _name in (
+    "create_run",
+    "checkpoint",
+    "finish",
+    "set_status",
+    "rewind",
+    "put_original",
+    "put_index",
+    "save_pack",
+    "set_choices",
+):
+    setattr(PostgresRunStore, _name, _fenced(_name))
