@@ -683,6 +683,13 @@ _CODES: list[Code] = [
         "Run `runtime index PATH` again: it rebuilds the index in the current format.",
     ),
     Code("INDEX_ERROR", "run", "The node index failed."),
+    # issue 34: the node index on PostgreSQL (runtime/retrieval/pgindex.py)
+    Code(
+        "INDEX_UNAVAILABLE",
+        "run",
+        "The Postgres node index cannot be reached, or its server went away mid-search.",
+        "Start the database (or fix the --index URL / $RUNTIME_INDEX) and search again.",
+    ),
     Code(
         "REPOSITORY_REQUIRED",
         "usage",

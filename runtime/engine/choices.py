@@ -135,7 +135,12 @@ def _index(services: Services) -> str | None:
     # nodestore.default_path(), without importing the node store (~0.1 s) into every run:
     # tests/runtime/test_resume_choices_api.py holds the two together.
     default = os.environ.get("RUNTIME_INDEX") or DEFAULT_INDEX
-    return os.path.abspath(services.index_path or default)
+    where = services.index_path or default
+    if where.startswith(("postgresql://", "postgres://")):  # the URL without its password
+        from runtime.engine.pgstore import display
+
+        return display(where)
+    return os.path.abspath(where)
 
 
 def _tokenizer(services: Services) -> str:

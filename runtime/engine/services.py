@@ -187,9 +187,9 @@ class Services:
         """The node store (opened from index_path, RUNTIME_INDEX or .runtime/index.db)."""
         with self._lock:
             if self._node_store is None:
-                from runtime.retrieval.nodestore import open_store
+                from runtime.retrieval.indexes import open_index
 
-                self._node_store = open_store(self.index_path)
+                self._node_store = open_index(self.index_path)
             return self._node_store
 
     @property

@@ -25,7 +25,10 @@ from runtime.errors import StoreError
 
 # What `runtime store copy --what` can copy: name -> "module:function" taking
 # (source, target) and returning a CopyReport. The index's copier is added by its module.
-COPIERS: dict[str, str] = {"runs": "runtime.engine.storecopy:copy_run_store"}
+COPIERS: dict[str, str] = {
+    "runs": "runtime.engine.storecopy:copy_run_store",
+    "index": "runtime.engine.indexcopy:copy_index",  # issue 34, the index half
+}
 
 # Tables in an order that inserts nothing before what it names; run_pointers_pending
 # last: inserting run_pointers marks every row pending (the m006 trigger), and the

@@ -1,0 +1,823 @@
+"""The node index in PostgreSQL (`--index postgresql://...`, issue 34).
+
+The same tables as the SQLite index (nodes, edges, node_tokens, vectors, label_sets,
+files, roots) plus `node_terms`: each node's full-text terms with their counts in the
+weighted name column and in the body. The terms are made by SQLite's own FTS5 tokenizer
+(porter unicode61 remove_diacritics 2, in memory), so a word is split and stemmed exactly
+as the SQLite index splits and stems it, and BM25 is FTS5's (k1 1.2, b 0.75, column
+weights 4, 1, 0, a document's length all its tokens) computed in SQL.
+
+The access rule of issue 28 holds inside the query: a node whose label set, repository or
+snapshot the scope does not admit is never returned, counted, nor part of the statistics
+(document frequencies, node count, mean length) that score the visible ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from runtime.context.tokens import CUT_RULE, digest
+from runtime.errors import StoreError
+from runtime.retrieval.node import Node, Scope, label_set_token
+from runtime.retrieval.query import kinds_in, name_cover, named_words, query_terms, question_stems
+from runtime.retrieval.search import (
+    SPELLED_CANDIDATES,
+    SPELLED_MIN,
+    SPELLED_POSTINGS,
+    SearchPasses,
+    _hit,
+    _read_sets,
+    _Stats,
+)
+from runtime.retrieval.words import WORD, split_identifier
+
+K1 = 1.2
+B = 0.75
+WEIGHTS = (4.0, 1.0, 0.0)  # name, body, meta: as the SQLite index's bm25(4.0, 1.0, 0.0)
+INDEX_FORMAT = 1
+_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+_COLS = (
+    "id, repository, snapshot, kind, name, qualified_name, path, language, start_line, "
+    "end_line, text, metadata, labels"
+)
+
+SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS index_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS nodes (rowid BIGINT PRIMARY KEY, id TEXT UNIQUE NOT NULL,
+        repository TEXT NOT NULL, snapshot TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
+        qualified_name TEXT NOT NULL, path TEXT NOT NULL, language TEXT NOT NULL,
+        start_line INT, end_line INT, text TEXT NOT NULL, metadata TEXT NOT NULL,
+        labels TEXT NOT NULL, fts_name TEXT NOT NULL, fts_body TEXT NOT NULL,
+        fts_meta TEXT NOT NULL, label_set TEXT NOT NULL, length INT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS nodes_path ON nodes (repository, snapshot, path)",
+    "CREATE INDEX IF NOT EXISTS nodes_set ON nodes (label_set, repository, snapshot)",
+    """CREATE TABLE IF NOT EXISTS node_terms (term TEXT NOT NULL, node BIGINT NOT NULL,
+        name_tf INT NOT NULL, body_tf INT NOT NULL, PRIMARY KEY (term, node))""",
+    "CREATE INDEX IF NOT EXISTS node_terms_node ON node_terms (node)",
+    """CREATE TABLE IF NOT EXISTS edges (from_id TEXT NOT NULL, to_id TEXT NOT NULL,
+        edge_type TEXT NOT NULL, repository TEXT NOT NULL, snapshot TEXT NOT NULL,
+        PRIMARY KEY (from_id, to_id, edge_type))""",
+    "CREATE INDEX IF NOT EXISTS edges_to ON edges (to_id)",
+    """CREATE TABLE IF NOT EXISTS files (repository TEXT NOT NULL, snapshot TEXT NOT NULL,
+        path TEXT NOT NULL, hash TEXT NOT NULL, extraction BYTEA NOT NULL,
+        PRIMARY KEY (repository, snapshot, path))""",
+    """CREATE TABLE IF NOT EXISTS vectors (node BIGINT PRIMARY KEY, model TEXT NOT NULL,
+        vector BYTEA NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS node_tokens (node BIGINT NOT NULL, encoding TEXT NOT NULL,
+        rule INT NOT NULL, digest TEXT NOT NULL, first INT NOT NULL, last INT NOT NULL,
+        middle INT NOT NULL, PRIMARY KEY (node, encoding))""",
+    """CREATE TABLE IF NOT EXISTS roots (root TEXT NOT NULL, repository TEXT NOT NULL,
+        PRIMARY KEY (root, repository))""",
+    """CREATE TABLE IF NOT EXISTS repository_roots (repository TEXT PRIMARY KEY,
+        root TEXT NOT NULL)""",
+    "CREATE TABLE IF NOT EXISTS label_sets (token TEXT PRIMARY KEY, labels TEXT NOT NULL)",
+]
+
+
+def is_url(location: str | None) -> bool:
+    """Whether an --index value names a Postgres database."""
+    return bool(location) and str(location).startswith(("postgresql://", "postgres://"))
+
+
+class Terms:
+    """FTS5's tokenizer, in memory: the terms SQLite's index stores for the same text."""
+
+    def __init__(self) -> None:
+        self.db = sqlite3.connect(":memory:", check_same_thread=False)
+        self.db.execute(
+            f"CREATE VIRTUAL TABLE t USING fts5(name, body, meta, tokenize = '{_TOKENIZER}')"
+        )
+        self.db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+        self.lock = threading.Lock()
+
+    def rows(
+        self, texts: Sequence[tuple[str, str, str]]
+    ) -> list[tuple[dict[str, tuple[int, int]], int]]:
+        """Per (name, body, meta): term -> (count in name, count in body), and all tokens."""
+        with self.lock:
+            db = self.db
+            db.executemany(
+                "INSERT INTO t (rowid, name, body, meta) VALUES (?, ?, ?, ?)",
+                [(i + 1, *t) for i, t in enumerate(texts)],
+            )
+            out: list[tuple[dict[str, tuple[int, int]], int]] = [({}, 0) for _ in texts]
+            for term, doc, col, n in db.execute(
+                "SELECT term, doc, col, count(*) FROM v GROUP BY term, doc, col"
+            ):
+                terms, length = out[doc - 1]
+                out[doc - 1] = (terms, length + n)
+                if col == "meta":
+                    continue
+                name_tf, body_tf = terms.get(term, (0, 0))
+                terms[term] = (name_tf + n, body_tf) if col == "name" else (name_tf, body_tf + n)
+            db.execute("DELETE FROM t")
+            return out
+
+    def query(self, text: str) -> list[str]:
+        """A query's distinct terms in order (as FTS5 splits and stems them)."""
+        with self.lock:
+            self.db.execute(
+                "INSERT INTO t (rowid, name, body, meta) VALUES (1, '', ?, '')", (text,)
+            )
+            found = [r[0] for r in self.db.execute("SELECT term FROM v ORDER BY offset")]
+            self.db.execute("DELETE FROM t")
+        return list(dict.fromkeys(found))
+
+
+_TERMS: Terms | None = None
+
+
+def terms() -> Terms:
+    """The process's tokenizer."""
+    global _TERMS
+    if _TERMS is None:
+        _TERMS = Terms()
+    return _TERMS
+
+
+def unavailable(where: str, exc: BaseException) -> StoreError:
+    """A server that cannot be reached or went away, as a coded error."""
+    why = " ".join(str(exc).split()) or type(exc).__name__
+    return StoreError(
+        f"index {where}: the database is unavailable: {why}", code="INDEX_UNAVAILABLE"
+    )
+
+
+def display(url: str) -> str:
+    """The URL with its password hidden (it appears in messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+
+
+def scrub(text: str, url: str) -> str:
+    """text without the URL's password (libpq may echo a connection string it cannot parse)."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    return text.replace(password, "***") if password else text
+
+
+def _row_node(row: Sequence[Any]) -> Node:
+    return Node(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        row[8],
+        row[9],
+        text=row[10],
+        metadata=json.loads(row[11]),
+        labels=json.loads(row[12]),
+    )
+
+
+class PostgresNodeStore(SearchPasses):
+    """The node index in a PostgreSQL database: the SQLite index's search passes over
+    SQL primitives (full-text match, BM25, statistics) written for Postgres."""
+
+    def __init__(self, url: str, *, create: bool = False, pool_max: int = 4, timeout: float = 10):
+        try:
+            import psycopg
+            import psycopg_pool
+        except ImportError as exc:
+            raise StoreError(
+                f"a postgresql:// index needs psycopg 3 and psycopg-pool ({exc}):"
+                " pip install 'step-runtime[postgres]'",
+                code="STORE_DRIVER_MISSING",
+            ) from exc
+        self.url = url
+        self._local = threading.local()
+        try:
+            self.path = display(url)
+        except ValueError as exc:
+            raise StoreError(f"index: {exc}", code="STORE_URL_INVALID") from exc
+        connect = {"connect_timeout": max(1, int(timeout)), "application_name": "step-runtime"}
+        try:
+            with psycopg.connect(url, autocommit=True, **connect) as conn:  # type: ignore[arg-type]
+                found = conn.execute("SELECT to_regclass('index_meta') IS NOT NULL").fetchone()
+                if not (found and found[0]):
+                    if not create:
+                        raise StoreError(f"no index at {self.path}", code="INDEX_NOT_FOUND")
+                    with conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(3434)")
+                        for statement in SCHEMA:
+                            conn.execute(statement)
+                        conn.execute(
+                            "INSERT INTO index_meta VALUES ('format', %s), ('version', '0')"
+                            " ON CONFLICT DO NOTHING",
+                            (str(INDEX_FORMAT),),
+                        )
+        except psycopg.OperationalError as exc:
+            raise unavailable(self.path, RuntimeError(scrub(str(exc), url))) from exc
+        except psycopg.ProgrammingError as exc:
+            raise StoreError(
+                f"index {self.path}: {scrub(str(exc), url)}", code="STORE_URL_INVALID"
+            ) from exc
+        self._pool = psycopg_pool.ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max(1, pool_max),
+            kwargs={"autocommit": True, **connect},
+            timeout=timeout,
+            open=True,
+            name="step-runtime-index",
+        )
+
+    def close(self) -> None:
+        """Close the pool."""
+        self._pool.close()
+
+    def _written(self, conn: Any) -> None:
+        """Move the version readers compare their cached statistics with (same transaction)."""
+        conn.execute(
+            "UPDATE index_meta SET value = (value::bigint + 1)::text WHERE key = 'version'"
+        )
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator[Any]:
+        """A pooled connection; a server down or gone is INDEX_UNAVAILABLE, never a traceback."""
+        import psycopg
+        import psycopg_pool
+
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout) as exc:
+            raise unavailable(self.path, RuntimeError(scrub(str(exc), self.url))) from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"index {self.path}: {exc}", code="INDEX_ERROR") from exc
+
+    # --- writing ---------------------------------------------------------------------
+    def put_rows(self, rows: Sequence[Any], *, rowids: Sequence[int] | None = None) -> int:
+        """Add encoded node rows (nodestore.node_row's 17 columns), with their terms,
+        label sets and token counts; an id already held is INDEX_ERROR."""
+        if not rows:
+            return 0
+        made = terms().rows([(r[13], r[14], r[15]) for r in rows])
+        with self._conn() as conn, conn.transaction():
+            if rowids is None:
+                conn.execute("LOCK TABLE nodes IN SHARE ROW EXCLUSIVE MODE")
+                base = conn.execute("SELECT coalesce(max(rowid), 0) + 1 FROM nodes").fetchone()[0]
+                rowids = [base + i for i in range(len(rows))]
+            taken = conn.execute(
+                "SELECT id FROM nodes WHERE id = ANY(%s) LIMIT 1", ([r[0] for r in rows],)
+            ).fetchone()
+            if taken:
+                raise StoreError(
+                    f"the node id {taken[0]} is already held by another node", code="INDEX_ERROR"
+                )
+            with conn.cursor().copy(
+                f"COPY nodes (rowid, {_COLS}, fts_name, fts_body, fts_meta, label_set, length)"
+                " FROM STDIN"
+            ) as copy:
+                for rowid, r, (_, length) in zip(rowids, rows, made, strict=True):
+                    copy.write_row((rowid, *r[:16], label_set_token(r[12]), length))
+            with conn.cursor().copy(
+                "COPY node_terms (term, node, name_tf, body_tf) FROM STDIN"
+            ) as copy:
+                for rowid, (found, _) in zip(rowids, made, strict=True):
+                    for term, (name_tf, body_tf) in found.items():
+                        copy.write_row((term, rowid, name_tf, body_tf))
+            with conn.cursor().copy(
+                "COPY node_tokens (node, encoding, digest, first, last, middle, rule) FROM STDIN"
+            ) as copy:
+                for rowid, r in zip(rowids, rows, strict=True):
+                    for c in r[16]:
+                        copy.write_row((rowid, *c, CUT_RULE))
+            conn.cursor().executemany(
+                "INSERT INTO label_sets VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                [(label_set_token(s), s) for s in sorted({r[12] for r in rows})],
+            )
+            self._written(conn)
+        return len(rows)
+
+    def put_edges(self, edges: Sequence[tuple[str, str, str, str, str]]) -> None:
+        """Add (from, to, type, repository, snapshot) edges (a known edge stays as it is)."""
+        with self._conn() as conn, conn.transaction():
+            conn.cursor().executemany(
+                "INSERT INTO edges VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                [tuple(e) for e in edges],
+            )
+            self._written(conn)
+
+    def put_vectors(self, model: str, vectors: dict[str, bytes]) -> None:
+        """Store each node's vector (by node id) under a model name."""
+        with self._conn() as conn, conn.transaction():
+            conn.cursor().executemany(
+                "INSERT INTO vectors (node, model, vector) SELECT rowid, %s, %s FROM nodes "
+                "WHERE id = %s ON CONFLICT (node) DO UPDATE SET model = EXCLUDED.model, "
+                "vector = EXCLUDED.vector",
+                [(model, v, nid) for nid, v in vectors.items()],
+            )
+            self._written(conn)
+
+    def delete_nodes(self, ids: Sequence[str]) -> None:
+        """Remove nodes with their terms, counts, vectors and the edges leaving them."""
+        with self._conn() as conn, conn.transaction():
+            rows = [
+                r[0]
+                for r in conn.execute("SELECT rowid FROM nodes WHERE id = ANY(%s)", (list(ids),))
+            ]
+            for table, col in (
+                ("node_terms", "node"),
+                ("node_tokens", "node"),
+                ("vectors", "node"),
+            ):
+                conn.execute(f"DELETE FROM {table} WHERE {col} = ANY(%s)", (rows,))
+            conn.execute("DELETE FROM edges WHERE from_id = ANY(%s)", (list(ids),))
+            conn.execute("DELETE FROM nodes WHERE rowid = ANY(%s)", (rows,))
+            self._written(conn)
+
+    # --- reading -----------------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        """Rows per table (nodes, edges, vectors, files)."""
+        with self._conn() as conn:
+            return {
+                t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
+                for t in ("nodes", "edges", "vectors", "files")
+            }
+
+    # --- the SQL primitives the shared search passes run on ------------------------------
+    def conn(self) -> Any:
+        """A connection speaking the sqlite3 dialect the shared passes write (`?` marks)."""
+        return _Dialect(self)
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """One repeatable-read transaction: every statement of a search sees the same index."""
+        if getattr(self._local, "held", None) is not None:
+            yield
+            return
+        with self._conn() as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")  # autocommit mode
+            self._local.held = conn
+            try:
+                yield
+            finally:
+                self._local.held = None
+                conn.execute("ROLLBACK")
+
+    def _stats(self) -> _Stats:
+        """Index-wide facts, recomputed after a write (the `version` row moves)."""
+        db = self.conn()
+        version = int(
+            db.execute("SELECT value FROM index_meta WHERE key = 'version'").fetchone()[0]
+        )
+        stats: _Stats | None = getattr(self._local, "stats", None)
+        if stats is not None and stats.version == version:
+            return stats
+        stats = _Stats(
+            version=version,
+            nodes=int(db.execute("SELECT count(*) FROM nodes").fetchone()[0]),
+            repositories=frozenset(
+                r[0] for r in db.execute("SELECT DISTINCT repository FROM nodes")
+            ),
+            snapshots=frozenset(r[0] for r in db.execute("SELECT DISTINCT snapshot FROM nodes")),
+            labels=frozenset(),
+            label_sets=_read_sets(
+                db.execute('SELECT token, labels FROM label_sets ORDER BY token COLLATE "C"')
+            ),
+        )
+        self._local.stats = stats
+        self._local.scoped = {}
+        return stats
+
+    def _scope_sql(self, scope: Scope, alias: str = "n") -> tuple[str, list[Any]]:  # type: ignore[override]
+        """SQL keeping the nodes `alias` the scope may see: a label set all of whose labels
+        are allowed, the set token agreeing with the stored labels, the id with the
+        repository and snapshot columns (the index read as its own witness)."""
+        allowed = set(scope.allowed_labels or ())
+        visible = [t for t, labels in self._stats().label_sets if labels <= allowed]
+        clauses = [
+            (f"{alias}.label_set IN ({','.join('?' * len(visible))})" if visible else "FALSE"),
+            f"{alias}.label_set = 'zzq' || left(encode(sha256(convert_to({alias}.labels,"
+            " 'UTF8')), 'hex'), 16)",
+            f"left({alias}.id, length({alias}.repository) + length({alias}.snapshot) + 4)"
+            f" = {alias}.repository || '::' || {alias}.snapshot || '::'",
+        ]
+        args: list[Any] = list(visible)
+        if scope.repository:
+            clauses.append(f"{alias}.repository = ?")
+            args.append(scope.repository)
+        if scope.snapshot:
+            clauses.append(f"{alias}.snapshot = ?")
+            args.append(scope.snapshot)
+        return " AND ".join(clauses), args
+
+    @staticmethod
+    def _filter_sql(filters: dict[str, Any] | None) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        args: list[Any] = []
+        for key in ("kind", "language"):
+            value = (filters or {}).get(key)
+            if value:
+                values = [value] if isinstance(value, str) else list(value)
+                clauses.append(f"n.{key} IN ({','.join('?' * len(values))})")
+                args += values
+        prefix = (filters or {}).get("path_prefix")
+        if prefix:
+            clauses.append("left(n.path, ?) = ?")
+            args += [len(prefix), prefix]
+        return (" AND " + " AND ".join(clauses)) if clauses else "", args
+
+    def _matching(
+        self,
+        match: str,
+        scope: Scope | None,
+        filters: dict[str, Any] | None,
+        extra: str = "",
+        extra_args: Sequence[Any] = (),
+    ) -> tuple[str, list[Any], list[list[str]], list[str]]:
+        """(SQL selecting the matching visible nodes' rowid, id, path, kind, name, length
+        and their terms' counts; its arguments; the phrases, each its terms; the terms)."""
+        tree = _parse(match)
+        phrases: list[list[str]] = []
+        having, hargs = _having(tree, phrases, None)
+        words = sorted({t for p in phrases for t in p})
+        where, args = self._scope_sql(scope) if scope is not None else ("TRUE", [])
+        fsql, fargs = self._filter_sql(filters)
+        sql = (
+            "SELECT n.rowid, n.id, n.path, n.kind, n.name, n.length, array_agg(t.term),"
+            " array_agg(t.name_tf), array_agg(t.body_tf) FROM node_terms t JOIN nodes n ON"
+            f" n.rowid = t.node WHERE t.term = ANY(?) AND {where}{fsql}{extra}"
+            f" GROUP BY n.rowid HAVING {having}"
+        )
+        return sql, [words, *args, *fargs, *extra_args, *hargs], phrases, words
+
+    def _scored(self, rows: list[Any], phrases: list[list[str]], scope: Scope) -> dict[int, float]:
+        """rowid -> FTS5's BM25 (positive) of each row, over the scope's visible nodes."""
+        self._stats()  # a write since drops the per-scope figures below
+        key = (scope.repository, scope.snapshot, tuple(sorted(scope.allowed_labels or ())))
+        scoped: dict[Any, Any] = self._local.scoped
+        if key not in scoped:
+            where, args = self._scope_sql(scope)
+            total, avgdl = (
+                self.conn()
+                .execute(
+                    f"SELECT count(*), coalesce(avg(n.length), 0) FROM nodes n WHERE {where}", args
+                )
+                .fetchone()
+            )
+            scoped[key] = (int(total), float(avgdl), {})
+        total, avgdl, dfs = scoped[key]
+        wanted = [tuple(p) for p in phrases if tuple(p) not in dfs]
+        if wanted:
+            where, args = self._scope_sql(scope)
+            for wanted_phrase in dict.fromkeys(wanted):
+                dfs[wanted_phrase] = int(
+                    self.conn()
+                    .execute(
+                        "SELECT count(*) FROM (SELECT t.node FROM node_terms t JOIN nodes n ON"
+                        f" n.rowid = t.node WHERE t.term = ANY(?) AND {where} GROUP BY t.node"
+                        " HAVING count(*) = ?) m",
+                        [list(wanted_phrase), *args, len(set(wanted_phrase))],
+                    )
+                    .fetchone()[0]
+                )
+        idf = [
+            max(1e-6, math.log((total - dfs[tuple(p)] + 0.5) / (dfs[tuple(p)] + 0.5)))
+            for p in phrases
+        ]
+        out: dict[int, float] = {}
+        for row in rows:
+            counts = {
+                term: WEIGHTS[0] * name_tf + WEIGHTS[1] * body_tf
+                for term, name_tf, body_tf in zip(row[6], row[7], row[8], strict=True)
+            }
+            norm = K1 * (1 - B + B * row[5] / avgdl) if avgdl else K1
+            score = 0.0
+            for weight, phrase in zip(idf, phrases, strict=True):
+                f = min(counts.get(t, 0.0) for t in phrase) if phrase else 0.0
+                if f:
+                    score += weight * f * (K1 + 1) / (f + norm)
+            out[row[0]] = score
+        return out
+
+    def _bm25(
+        self, match: str, scope: Scope, top_k: int, filters: dict[str, Any] | None
+    ) -> list[dict[str, Any]]:
+        """One ranked match with scope and filters applied inside the query."""
+        if not match:
+            return []
+        sql, args, phrases, words = self._matching(match, scope, filters)
+        if not words:
+            return []
+        rows = self.conn().execute(sql, args).fetchall()
+        scores = self._scored(rows, phrases, scope)
+        rows.sort(key=lambda r: (-scores[r[0]], r[1]))
+        return [_hit(i, r[1], scores[r[0]], r[2], r[3], r[4]) for i, r in enumerate(rows[:top_k])]
+
+    def _doc_count(self, stats: _Stats, term: str, cap: int) -> int:
+        """Nodes matching one term expression, counted up to cap + 1 (cached per version)."""
+        found, counted_to = stats.doc_counts.get(term, (-1, -1))
+        if found < 0 or (found > counted_to and cap > counted_to):
+            sql, args, _, words = self._matching(term, None, None)
+            found = 0
+            if words:
+                found = int(
+                    self.conn()
+                    .execute(f"SELECT count(*) FROM ({sql} LIMIT ?) m", [*args, cap + 1])
+                    .fetchone()[0]
+                )
+            stats.doc_counts[term] = (found, cap)
+        return int(min(found, cap + 1))
+
+    def _named(
+        self, query: str, scope: Scope, limit: int, filters: dict[str, Any] | None
+    ) -> list[dict[str, Any]]:
+        """Visible nodes whose name is a word of the query written as a name (as SQLite's)."""
+        names = named_words(query)
+        if not names:
+            return []
+        where, args = self._scope_sql(scope)
+        fsql, fargs = self._filter_sql(filters)
+        rows = (
+            self.conn()
+            .execute(
+                "SELECT n.rowid, n.id, n.path, n.kind, n.name FROM nodes n "
+                f"WHERE lower(n.name) IN ({','.join('?' * len(names))}) AND {where}{fsql}",
+                [*[n.lower() for n in names], *args, *fargs],
+            )
+            .fetchall()
+        )
+        if not rows:
+            return []
+        rows = sorted(rows, key=lambda r: r[1])[:64]
+        scores: dict[int, float] = {}
+        for r in rows:
+            word = "".join(split_identifier(r[4])) or r[4].lower()
+            sql, margs, phrases, words = self._matching(
+                f'"{word}"', scope, None, " AND n.rowid = ?", (r[0],)
+            )
+            if not words:
+                continue
+            found = self.conn().execute(sql, margs).fetchall()
+            scores[r[0]] = self._scored(found, phrases, scope).get(r[0], 0.0)
+        kinds = kinds_in(query)
+        rows.sort(key=lambda r: (r[3] not in kinds, -scores.get(r[0], 0.0), r[1]))
+        return [_hit(i, r[1], scores.get(r[0], 0.0), *r[2:5]) for i, r in enumerate(rows[:limit])]
+
+    def _spelled(
+        self, query: str, scope: Scope, limit: int, filters: dict[str, Any] | None
+    ) -> list[dict[str, Any]]:
+        """Nodes whose own name the question spells out in words (as SQLite's _spelled)."""
+        plain = " ".join(w for w in WORD.findall(query) if len(split_identifier(w)) == 1)
+        found_terms, _ = query_terms(plain)
+        if len(found_terms) < SPELLED_MIN:
+            return []
+        stats = self._stats()
+        counted = sorted((self._doc_count(stats, t, SPELLED_POSTINGS), t) for t in found_terms)
+        kept: list[str] = []
+        total = 0
+        for df, term in counted:
+            if total + df > SPELLED_POSTINGS:
+                break
+            kept.append(term)
+            total += df
+        if len(kept) < SPELLED_MIN:
+            return []
+        stems = question_stems(query)
+        pairs = " OR ".join(f"({a} AND {b})" for i, a in enumerate(kept) for b in kept[i + 1 :])
+        sql, args, _, _words = self._matching(f"name : ({pairs})", scope, filters)
+        rows = self.conn().execute(f"{sql} LIMIT ?", [*args, SPELLED_CANDIDATES]).fetchall()
+        ranked = []
+        for _, nid, path, kind, name, *_rest in rows:
+            said, parts = name_cover(name, stems)
+            if said >= SPELLED_MIN and 2 * said > parts:
+                ranked.append((-said / parts, -said, nid, path, kind, name))
+        ranked.sort(key=lambda r: r[:3])
+        return [_hit(i, r[2], float(len(ranked) - i), *r[3:]) for i, r in enumerate(ranked[:limit])]
+
+    def count_matches(self, query: str, *, scope: Scope, cap: int = 1000) -> int:
+        """Visible nodes holding any searched word of query, up to cap + 1."""
+        match = self._selective_any(query)
+        if not match:
+            return 0
+        sql, args, _, words = self._matching(match, scope, None)
+        if not words:
+            return 0
+        row = (
+            self.conn()
+            .execute(f"SELECT count(*) FROM ({sql} LIMIT ?) m", [*args, cap + 1])
+            .fetchone()
+        )
+        return int(row[0])
+
+    def count_hidden(self, query: str, *, wide: Scope, narrow: Scope, cap: int = 1000) -> int:
+        """Nodes `wide` may see and `narrow` may not that hold any searched word, up to cap + 1."""
+        found = self.count_matches(query, scope=wide, cap=cap)
+        return max(0, found - self.count_matches(query, scope=narrow, cap=cap))
+
+    def get_nodes(self, ids: Sequence[str], *, scope: Scope) -> dict[str, Node]:
+        """The visible nodes among ids (with the token counts stored for their texts)."""
+        if not ids:
+            return {}
+        out: dict[str, Node] = {}
+        by_row: dict[int, Node] = {}
+        where, args = self._scope_sql(scope)
+        db = self.conn()
+        columns = ", ".join("n." + c.strip() for c in _COLS.split(","))
+        for r in db.execute(
+            f"SELECT n.rowid, {columns} FROM nodes n WHERE n.id = ANY(?) AND {where}",
+            [list(ids), *args],
+        ):
+            by_row[r[0]] = out[r[1]] = _row_node(r[1:])
+        for row, encoding, text_digest, first, last, middle in db.execute(
+            "SELECT node, encoding, digest, first, last, middle FROM node_tokens "
+            "WHERE node = ANY(?) AND rule = ?",
+            [list(by_row), CUT_RULE],
+        ):
+            n = by_row[row]
+            if text_digest == digest(n.text):
+                n.tokens[encoding] = (first, last, middle)
+        return out
+
+    def count_nodes(self, ids: Sequence[str], *, scope: Scope) -> int:
+        """How many of ids are visible."""
+        where, args = self._scope_sql(scope)
+        row = (
+            self.conn()
+            .execute(
+                f"SELECT count(*) FROM nodes n WHERE n.id = ANY(?) AND {where}", [list(ids), *args]
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
+    def edges(
+        self,
+        ids: Sequence[str],
+        *,
+        scope: Scope,
+        direction: str = "out",
+        edge_types: Sequence[str] | None = None,
+    ) -> list[tuple[str, str, str]]:
+        """Edges from (out), to (in) or around (both) ids whose far end is visible."""
+        if not ids:
+            return []
+        where, args = self._scope_sql(scope)
+        tsql = " AND e.edge_type = ANY(?)" if edge_types else ""
+        targs = [list(edge_types)] if edge_types else []
+        out: list[tuple[str, str, str]] = []
+        db = self.conn()
+        if direction in ("out", "both"):
+            out += db.execute(
+                "SELECT e.from_id, e.to_id, e.edge_type FROM edges e JOIN nodes n ON n.id ="
+                f" e.to_id WHERE e.from_id = ANY(?){tsql} AND {where} ORDER BY"
+                ' e.from_id COLLATE "C", e.edge_type COLLATE "C", e.to_id COLLATE "C"',
+                [list(ids), *targs, *args],
+            ).fetchall()
+        if direction in ("in", "both"):
+            out += db.execute(
+                "SELECT e.from_id, e.to_id, e.edge_type FROM edges e JOIN nodes n ON n.id ="
+                f" e.from_id WHERE e.to_id = ANY(?){tsql} AND {where} ORDER BY"
+                ' e.to_id COLLATE "C", e.edge_type COLLATE "C", e.from_id COLLATE "C"',
+                [list(ids), *targs, *args],
+            ).fetchall()
+        return [tuple(r) for r in out]  # type: ignore[misc]
+
+
+class _Result:
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self._rows = rows
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self._rows[0] if self._rows else None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self._rows
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self._rows)
+
+
+class _Dialect:
+    """What the shared passes call `conn()`: sqlite3's execute over Postgres (`?` marks)."""
+
+    def __init__(self, store: PostgresNodeStore) -> None:
+        self.store = store
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> _Result:
+        text = sql.replace("%", "%%").replace("?", "%s")
+        held = getattr(self.store._local, "held", None)
+        if held is not None:
+            return self._run(held, text, params)
+        with self.store._conn() as conn:
+            return self._run(conn, text, params)
+
+    def _run(self, conn: Any, text: str, params: Sequence[Any]) -> _Result:
+        import psycopg
+
+        try:
+            cur = conn.execute(text, tuple(params) or None)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise unavailable(
+                self.store.path, RuntimeError(scrub(str(exc), self.store.url))
+            ) from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"index {self.store.path}: {exc}", code="INDEX_ERROR") from exc
+        rows = cur.fetchall() if cur.description is not None else []
+        return _Result(
+            [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
+        )
+
+
+# --- FTS5 match expressions, as the shared passes write them ----------------------------
+
+_TOKEN = re.compile(r'"(?:[^"]|"")*"|\(|\)|:|[^\s():"]+')
+
+
+def _parse(expr: str) -> Any:
+    """An FTS5 expression (phrases, AND, OR, NOT, parentheses, `column : group`) as a tree:
+    ("or"|"and", [children]), ("not", a, b), ("col", name, child) or ("phrase", text)."""
+    tokens = _TOKEN.findall(expr)
+    pos = 0
+
+    def peek() -> str | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take() -> str:
+        nonlocal pos
+        pos += 1
+        return tokens[pos - 1]
+
+    def or_() -> Any:
+        items = [and_()]
+        while peek() == "OR":
+            take()
+            items.append(and_())
+        return items[0] if len(items) == 1 else ("or", items)
+
+    def and_() -> Any:
+        items = [not_()]
+        while peek() not in (None, "OR", ")"):
+            if peek() == "AND":
+                take()
+            items.append(not_())
+        return items[0] if len(items) == 1 else ("and", items)
+
+    def not_() -> Any:
+        left = atom()
+        while peek() == "NOT":
+            take()
+            left = ("not", left, atom())
+        return left
+
+    def atom() -> Any:
+        tok = take()
+        if tok == "(":
+            inner = or_()
+            if peek() == ")":
+                take()
+            return inner
+        if peek() == ":":
+            take()
+            return ("col", tok, atom())
+        return ("phrase", tok[1:-1].replace('""', '"') if tok.startswith('"') else tok)
+
+    return or_() if tokens else ("or", [])
+
+
+def _having(tree: Any, phrases: list[list[str]], column: str | None) -> tuple[str, list[Any]]:
+    """The HAVING condition of a tree over one node's term rows, and its arguments;
+    appends each phrase's terms to phrases (its BM25 counts every one, as FTS5's)."""
+    kind = tree[0]
+    if kind == "phrase":
+        words = terms().query(tree[1])
+        phrases.append(words)
+        if not words:
+            return "FALSE", []
+        cond = {"name": " AND t.name_tf > 0", "body": " AND t.body_tf > 0"}.get(column or "", "")
+        parts = [f"bool_or(t.term = ?{cond})" for _ in dict.fromkeys(words)]
+        return "(" + " AND ".join(parts) + ")", list(dict.fromkeys(words))
+    if kind == "col":
+        return _having(tree[2], phrases, tree[1])
+    if kind == "not":
+        left, largs = _having(tree[1], phrases, column)
+        right, rargs = _having(tree[2], [], column)
+        return f"({left} AND NOT {right})", [*largs, *rargs]
+    children = [_having(c, phrases, column) for c in tree[1]]
+    if not children:
+        return "FALSE", []
+    joined = f" {kind.upper()} ".join(c[0] for c in children)
+    return f"({joined})", [a for c in children for a in c[1]]
