@@ -20,7 +20,7 @@ configured (settings).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from runtime.errors import RunError, StateError
@@ -98,18 +98,41 @@ def pinned_labels(ctx: Any) -> tuple[str, ...] | None:
     return tuple(labels)
 
 
-def run_subject(ctx: Any) -> Subject:
+def run_subject(ctx: Any, *, reading: bool = False) -> Subject:
     """Who the run answers: the `subject` input (never a variable a step wrote).
 
     A run without one whose inputs give `allowed_labels` is, as before subjects, a caller
-    cleared for exactly those labels (no tenant); a run with neither is anonymous.
+    cleared for exactly those labels (no tenant); a run with neither is anonymous. Its
+    clearance holds the labels a governed exception lifts for the step (reading=True: a
+    read that uses them, traced as EXCEPTION_USED).
     """
     from runtime.governance.subject import Subject, subject_of
 
     subject = subject_of(ctx.inputs)
     if subject.anonymous and ctx.inputs.get("allowed_labels") is not None:
-        return Subject(clearance=tuple(pinned_labels(ctx) or ()))
-    return subject
+        subject = Subject(clearance=tuple(pinned_labels(ctx) or ()))
+    return _lifted(ctx, subject, reading)
+
+
+def _lifted(ctx: Any, subject: Subject, trace: bool) -> Subject:
+    """The subject as the step reads: its clearance and the labels an unexpired governed
+    exception (rule `access_labels`, runtime/governance/exceptions.py) lifts for this
+    step, from the settings only; trace: this is a read, traced as EXCEPTION_USED."""
+    import dataclasses
+
+    from runtime.governance.exceptions import active_exception
+
+    step_id = getattr(ctx, "step_id", None)
+    settings = getattr(ctx, "settings", None)
+    if not isinstance(step_id, str) or not isinstance(settings, Mapping):
+        return subject
+    lifted = active_exception(settings, "access_labels", step_id)
+    if lifted is None:
+        return subject
+    if trace:
+        ctx.trace("EXCEPTION_USED", **lifted.trace_data(), step=step_id)
+    clearance = tuple(sorted(set(subject.clearance) | set(lifted.labels)))
+    return dataclasses.replace(subject, clearance=clearance)
 
 
 def run_scope(ctx: Any) -> Scope:
@@ -154,7 +177,7 @@ def access_view(ctx: Any) -> AccessView:
     return AccessView(
         ctx.services.node_store,
         access_engine(ctx),
-        run_subject(ctx),
+        run_subject(ctx, reading=True),
         pinned_labels(ctx),
         scope,
         overfetch=int(config.get("overfetch", DEFAULT_OVERFETCH)),
@@ -205,7 +228,7 @@ def filter_allowed(
     ledger = Ledger(engine.name, action)
     if not items:
         return [], ledger
-    subject, pinned = run_subject(ctx), pinned_labels(ctx)
+    subject, pinned = run_subject(ctx, reading=True), pinned_labels(ctx)
     resources = [resource(i) for i in items]
     if engine.per_resource and pinned is not None:
         # The pins hold under every engine: what they exclude is never asked about.

@@ -27,7 +27,8 @@ def blocks(title: str, lang: str) -> list[str]:
 
 @pytest.mark.parametrize("title", ["Redaction", "Governed exceptions"])
 def test_the_pipeline_example_validates_and_runs(runner, tmp_path, title):
-    [example] = blocks(title, "yaml")
+    example = blocks(title, "yaml")[0]  # Governed exceptions: the access one runs in
+    # tests/test_access_exceptions.py
     (tmp_path / "prompts").mkdir()
     (tmp_path / "prompts" / "answer.md").write_text("Answer the question.\n")
     path = tmp_path / "p.yaml"
@@ -70,7 +71,7 @@ def test_the_pipeline_example_validates_and_runs(runner, tmp_path, title):
 
 def test_the_python_example_runs():
     [code] = blocks("Governed exceptions", "python")
-    [example] = blocks("Governed exceptions", "yaml")
+    example = blocks("Governed exceptions", "yaml")[0]
     settings = yaml.safe_load(example)["settings"]
     settings["exceptions"][0]["expires"] = str(settings["exceptions"][0]["expires"])
     scope = {"settings": settings}

@@ -233,15 +233,16 @@ def _access_overrides(parent: LMap, doc: PipelineDoc) -> list[Diagnostic]:
     if not isinstance(access, LMap) or access.get("locked") is not True:
         return []
     mine = doc.data.get("settings")
+    out = _access_exceptions(settings, mine, doc)
     child = mine.get("access") if isinstance(mine, LMap) else None
     if child is None:
-        return []
+        return out
     if isinstance(child, LMap) and all(
         key in access and _plain(child[key]) == _plain(access[key]) for key in child
     ):
-        return []  # repeats what is locked
+        return out  # repeats what is locked
     loc = (mine.val_locs.get("access") if isinstance(mine, LMap) else None) or doc.data.loc
-    return [
+    out.append(
         _diag(
             "ACCESS_POLICY_OVERRIDDEN",
             "settings.access is locked by the pipeline this one extends; a pipeline "
@@ -249,7 +250,39 @@ def _access_overrides(parent: LMap, doc: PipelineDoc) -> list[Diagnostic]:
             loc or Location(doc.file, 1, 1),
             (*doc.prefix, "settings", "access"),
         )
-    ]
+    )
+    return out
+
+
+def _access_exceptions(parent: Any, mine: Any, doc: PipelineDoc) -> list[Diagnostic]:
+    """ACCESS_POLICY_OVERRIDDEN for each governed exception of an access rule that a child
+    of a locked settings.access declares and its parent does not: lifting an access rule
+    is changing the access policy (runtime/governance/exceptions.py, LABEL_RULES)."""
+    from runtime.governance.exceptions import LABEL_RULES
+
+    items = mine.get("exceptions") if isinstance(mine, LMap) else None
+    if not isinstance(items, LList):
+        return []
+    theirs = parent.get("exceptions") if isinstance(parent, LMap) else None
+    kept = [_plain(x) for x in theirs] if isinstance(theirs, list) else []
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, LMap) or item.get("rule") not in LABEL_RULES:
+            continue
+        if _plain(item) in kept:
+            continue  # repeats what the parent declared
+        loc = (items.item_locs[i] if i < len(items.item_locs) else None) or item.loc
+        out.append(
+            _diag(
+                "ACCESS_POLICY_OVERRIDDEN",
+                f"settings.access is locked by the pipeline this one extends; exception "
+                f"{item.get('id')!r} would lift access rule {item.get('rule')!r}, which only "
+                "the pipeline that locks the policy may declare",
+                loc or doc.data.loc or Location(doc.file, 1, 1),
+                (*doc.prefix, "settings", "exceptions", i),
+            )
+        )
+    return out
 
 
 def _plain(value: Any) -> Any:

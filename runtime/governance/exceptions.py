@@ -23,7 +23,13 @@ from typing import Any
 RULES: dict[str, str] = {
     "redaction": "redaction is off for the covered model steps: their prompts reach the "
     "model unmasked (settings.redact and the step's redact: are not applied)",
+    "access_labels": "the covered steps read as a subject cleared for the exception's "
+    "`labels` too (within the labels the settings pin; never a tenant): every access "
+    "engine sees that clearance for their reads",
 }
+# Rules that take `labels` (the labels lifted); the others must not name any.
+LABEL_RULES = frozenset({"access_labels"})
+TENANT_PREFIX = "tenant:"  # runtime/governance/subject.py's; a tenant is never lifted
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -59,6 +65,15 @@ SCHEMA: dict[str, Any] = {
                 "description": "What ends it before its expiry (the rollback trigger).",
             },
             "reason": {"type": "string", "description": "Why it is needed."},
+            "labels": {
+                "type": "array",
+                "minItems": 1,
+                "uniqueItems": True,
+                "items": {"type": "string", "minLength": 1},
+                "description": "access_labels: the labels the covered steps may read beyond "
+                "the subject's clearance (never a tenant label; within settings.allowed_labels "
+                "when they pin labels).",
+            },
         },
     },
 }
@@ -75,6 +90,7 @@ class GovernedException:
     owner: str
     expires: dt.date
     rollback: str
+    labels: tuple[str, ...] = ()  # access_labels: the labels lifted
 
     def expired(self, today: dt.date) -> bool:
         """Past its last day."""
@@ -82,13 +98,16 @@ class GovernedException:
 
     def trace_data(self) -> dict[str, Any]:
         """What a trace event and ledger entry say of it: never more than the file does."""
-        return {
+        out: dict[str, Any] = {
             "exception": self.id,
             "rule": self.rule,
             "owner": self.owner,
             "expires": self.expires.isoformat(),
             "rollback": self.rollback,
         }
+        if self.labels:
+            out["labels"] = list(self.labels)
+        return out
 
 
 def today_utc() -> dt.date:
@@ -122,6 +141,9 @@ def declared(settings: Mapping[str, Any]) -> list[GovernedException]:
         ):
             continue
         ident, rule, owner, rollback = fields
+        labels = _lifted_labels(item.get("labels"), settings)
+        if rule in LABEL_RULES and not labels:
+            continue  # lifts nothing it can name
         out.append(
             GovernedException(
                 i,
@@ -131,9 +153,26 @@ def declared(settings: Mapping[str, Any]) -> list[GovernedException]:
                 str(owner),
                 expires,
                 str(rollback),
+                labels,
             )
         )
     return out
+
+
+def _lifted_labels(value: Any, settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The labels an exception may lift, whatever validation said: strings only, never a
+    tenant label, and within settings.allowed_labels when the settings pin labels."""
+    if not isinstance(value, list):
+        return ()
+    pins = settings.get("allowed_labels")
+    out = []
+    for label in value:
+        if not isinstance(label, str) or not label.strip() or label.startswith(TENANT_PREFIX):
+            continue
+        if isinstance(pins, list) and label not in pins:
+            continue
+        out.append(label)
+    return tuple(sorted(set(out)))
 
 
 def active_exception(
@@ -156,6 +195,51 @@ class Finding:
     path: tuple[str | int, ...]
     severity: str = "error"
     hint: str = ""
+
+
+def _label_problems(
+    item: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    ident: Any,
+    rule: Any,
+    at: tuple[str | int, ...],
+) -> Iterator[Finding]:
+    """`labels`: required by an access rule, refused elsewhere; no tenant label, and within
+    the labels settings.allowed_labels pins (an exception never widens past the pins)."""
+    labels = item.get("labels")
+    if rule not in LABEL_RULES:
+        if labels is not None:
+            yield Finding(
+                "EXCEPTION_INVALID",
+                f"exception {ident!r}: rule {rule!r} takes no labels",
+                (*at, "labels"),
+            )
+        return
+    if not isinstance(labels, list) or not labels:
+        yield Finding(
+            "EXCEPTION_INVALID",
+            f"exception {ident!r}: rule {rule!r} needs `labels`, the labels it lifts",
+            at,
+        )
+        return
+    pins = settings.get("allowed_labels")
+    for j, label in enumerate(labels):
+        if not isinstance(label, str):
+            continue  # the schema's
+        if label.startswith(TENANT_PREFIX):
+            yield Finding(
+                "EXCEPTION_INVALID",
+                f"exception {ident!r} lifts tenant label {label!r}: tenant isolation has no "
+                "exception (a tenant comes only from the subject)",
+                (*at, "labels", j),
+            )
+        elif isinstance(pins, list) and label not in pins:
+            yield Finding(
+                "EXCEPTION_INVALID",
+                f"exception {ident!r} lifts label {label!r}, which settings.allowed_labels "
+                "does not pin: the pins are a ceiling no exception widens",
+                (*at, "labels", j),
+            )
 
 
 def problems(
@@ -183,6 +267,7 @@ def problems(
                 f"exception {ident!r}: unknown rule {rule!r} (one of: {', '.join(sorted(RULES))})",
                 (*at, "rule"),
             )
+        yield from _label_problems(item, settings, ident, rule, at)
         steps = item.get("steps")
         for j, sid in enumerate(steps if isinstance(steps, list) else ()):
             if isinstance(sid, str) and sid not in known:
