@@ -20,7 +20,7 @@ import pytest
 import runtime
 from runtime.cli import cli
 from runtime.contract.action import Action, Outcome
-from runtime.contract.registry import default_registry
+from runtime.contract.registry import Registry, default_registry
 from runtime.engine import Engine
 from runtime.engine.services import Services
 from runtime.engine.store import SqliteRunStore
@@ -213,7 +213,9 @@ class SendPayload(Action):
 
 
 def inbox_run(index, payload):
-    registry = default_registry()
+    # A copy: registering into the process-wide registry would leak the test-only actions
+    # into every later test of this worker (tests/test_generated.py lists them as actions).
+    registry = Registry(default_registry().infos())
     registry.register(ApplyPayload)
     registry.register(SendPayload)
     steps = [
