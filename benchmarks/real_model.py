@@ -302,6 +302,20 @@ def run_all(args: argparse.Namespace) -> int:
             env=env,
             cwd=ROOT,
         )
+        # The seeded memories beside the index: code_qa's assemble step reads them.
+        subprocess.run(
+            runtime_cmd(
+                "memories",
+                "import",
+                "pipelines/sample/eshop-memories.json",
+                "--index",
+                str(work / "index.db"),
+            ),
+            check=True,
+            capture_output=True,
+            env=env,
+            cwd=ROOT,
+        )
         jobs = [
             ("pipelines/code_qa.yaml", [f"question={q}"], f"code_qa_q{n}")
             for n, q in enumerate(QUESTIONS[: args.questions], start=1)

@@ -15,6 +15,7 @@ PIPELINE = str(ROOT / "pipelines" / "code_qa.yaml")
 QUESTION = "Which stored procedure writes the OrderLines table and who calls it?"
 RETRIEVAL = [
     "history",
+    "assemble",
     "route",
     "route_decision",
     "search",
@@ -190,3 +191,34 @@ def test_a_question_without_hits_is_answered_not_failed(runner, index, tmp_path,
     assert (state["retrieval_query"], state["retrieval_hits"]) == (query, [])
     assert (state["context_blocks"], state["node_texts"]) == ([], [])
     assert out["output"] == {"final_answer": NO_EVIDENCE.format(question)}
+
+
+def test_the_answer_is_shown_the_teams_memories_and_cites_only_the_evidence(runner, tmp_path):
+    index = str(tmp_path / "mem" / "index.db")
+    sample = ROOT / "pipelines" / "sample"
+    for args in (
+        ["index", str(sample / "eshop"), "--index", index, "--repository", "eshop"],
+        ["memories", "import", str(sample / "eshop-memories.json"), "--index", index],
+    ):
+        done = runner.invoke(cli, args)
+        assert done.exit_code == 0, done.output
+    out = run(runner, index, tmp_path, "--run-id", "m")
+    assert out["status"] == "completed" and out["steps"] == RETRIEVAL
+    record = out["state"]["assembled_context"]
+    remembered = [i["id"] for i in record["items"]]
+    assert remembered and all(i.startswith("memory:") for i in remembered)
+    assert "memory:mem-orders-one-transaction" in remembered  # the seed about OrderLines
+    # The answer step was shown them: the pack's memory section lists each, as assembled.
+    shown = runner.invoke(
+        cli, ["context", "m", "--store", str(tmp_path / "r.db"), "--step", "answer", "--json"]
+    )
+    assert shown.exit_code == 0, shown.output
+    [pack] = json.loads(shown.stdout)
+    [memory] = [s for s in pack["sections"] if s["type"] == "memory"]
+    assert [i["id"] for i in memory["items"]] == remembered
+    assert all(i["source"] == "assembly:memories" and i["labels"] == [] for i in memory["items"])
+    # The evidence is still what is cited, and verified; no memory is cited.
+    verdict = out["state"]["answer_verification"]
+    assert verdict["ok"] is True, verdict
+    cited = {c["citation"] for c in verdict["citations"]}
+    assert cited and not any(c.startswith("memory:") for c in cited)

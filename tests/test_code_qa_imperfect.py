@@ -59,7 +59,7 @@ def test_json_without_decision_or_query_searches_the_question(code_qa, sample_in
         tmp_path,
         [("route", '{"answer": "yes"}'), ("check", '{"decision": "sufficient"}'), ANSWER],
     )
-    assert r.steps[:5] == ["history", "route", "route_decision", "search", "expand"]
+    assert r.steps[:6] == ["history", "assemble", "route", "route_decision", "search", "expand"]
     assert r.state["retrieval_query"] == QUESTION
     [fallback] = of(r, "QUERY_FALLBACK")
     assert (fallback["reason"], fallback["fallback"]) == ("no query field", "question")

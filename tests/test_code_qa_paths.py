@@ -24,7 +24,7 @@ QUESTION = "Which stored procedure writes the OrderLines table and who calls it?
 MARKER = "=== new evidence ==="
 PREFIX = "eshop::main::"
 
-HEAD = ["history", "route", "route_decision"]
+HEAD = ["history", "assemble", "route", "route_decision"]
 ROUND = ["search", "expand", "fetch", "budget"]
 CHECK = ["check", "check_decision"]
 MORE = ["repeat_check", "retrieve_guard"]
@@ -135,7 +135,7 @@ def test_small_talk_is_answered_directly_without_retrieval(runner, tmp_path, cha
     # then the run's preamble (docs/fidelity.md; its content is tested in test_fidelity.py).
     prompt, _, preamble = direct[0]["content"].partition("\n\n## Run context\n")
     assert prompt == system and preamble.startswith("- pipeline: code_qa (")
-    assert preamble.endswith("\n- current step: answer_direct (step 4)")
+    assert preamble.endswith("\n- current step: answer_direct (step 5)")
     assert direct[1:] == [
         *history,
         {"role": "user", "content": "Thanks, who are you?"},

@@ -11,6 +11,7 @@ the wire reported: the structured-output schema sent and the server's own usage.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,29 @@ import runtime
 ROOT = Path(__file__).resolve().parent.parent
 CASSETTES = ROOT / "tests" / "data" / "cassettes" / "real_model"
 MANIFEST = json.loads((CASSETTES / "manifest.json").read_text(encoding="utf-8"))
-ADDED_SINCE = {"verify"}
+# Steps added to code_qa since a recording that call no model (issue 29's verify_answer,
+# issue 27's assemble): the recorded replies drive the same path around them.
+ADDED_SINCE = {"verify", "assemble"}
+MEMORY_ID = re.compile(r"### (memory:[\w.-]+)")
+
+
+@pytest.fixture(scope="module")
+def seeded_memories(tmp_path_factory):
+    """The seeded memories beside the sample, as benchmarks/real_model.py imported them."""
+    from runtime.retrieval.memories import SqliteMemoryStore
+    from runtime.retrieval.memory_io import import_seed_file
+
+    store = SqliteMemoryStore(
+        str(tmp_path_factory.mktemp("mem") / "memories.db"), create=True, embedder=None
+    )
+    import_seed_file(store, str(ROOT / "pipelines" / "sample" / "eshop-memories.json"))
+    return store
+
+
+def recorded(name: str, step: str) -> list[dict]:
+    """The recorded requests of a step, in order."""
+    lines = (CASSETTES / (name + ".jsonl")).read_text(encoding="utf-8").splitlines()
+    return [r["request"] for r in map(json.loads, lines) if r["step_id"] == step]
 
 
 def fallbacks(events: list[dict]) -> list[str]:
@@ -34,28 +57,36 @@ def fallbacks(events: list[dict]) -> list[str]:
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_a_recorded_real_model_run_replays_the_same_way(name, sample_index):
+def test_a_recorded_real_model_run_replays_the_same_way(name, sample_index, seeded_memories):
     live = MANIFEST[name]
     pipeline = runtime.load(str(ROOT / live["pipeline"]))
     inputs = dict(pair.split("=", 1) for pair in live["inputs"])
     services = runtime.Services(
         settings=pipeline.settings,
         node_store=sample_index,
+        memory_store=seeded_memories,
         model_spec=f"replay:{CASSETTES / (name + '.jsonl')}",
         base_dir=str(pipeline.base_dir),
     )
     result = runtime.Runner(pipeline, services=services).run(inputs)
     assert live["status"] == "completed"
     assert result.status == "completed", result.error
-    # Steps added to the pipeline since the recording, that call no model (issue 29's
-    # verify_answer): the recorded replies drive the same path around them.
-    assert [s for s in result.steps if s not in ADDED_SINCE] == live["step_ids"]
+    added = ADDED_SINCE - set(live["step_ids"])
+    assert [s for s in result.steps if s not in added] == live["step_ids"]
     assert fallbacks(result.events) == live["fallbacks"]
     calls = [e for e in result.events if e["type"] == "MODEL_CALL"]
     assert {c["usage_from"] for c in calls} == {"server"}
     for call in calls:
         if any(s.id == call["step_id"] and s.config.get("json_schema") for s in pipeline.steps):
             assert call["response_format"]["type"] == "json_schema"
+    # Recorded with the assemble step: the answer was shown the same team memories live
+    # as in the replay (issue 27).
+    answers = [c for c in calls if c["step_id"] == "answer"]
+    if "assemble" not in live["step_ids"]:
+        return
+    for call, live_request in zip(answers, recorded(name, "answer"), strict=True):
+        sent = MEMORY_ID.findall(call["messages"][-1]["content"])
+        assert sent == MEMORY_ID.findall(live_request["messages"][-1]["content"])
 
 
 def test_the_recordings_cover_six_code_qa_questions_and_review_loop():

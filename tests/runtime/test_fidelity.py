@@ -611,7 +611,7 @@ def test_two_runs_route_prompts_share_the_prompt_file_and_goal_as_a_prefix(sampl
     assert systems[0][len(common) :].startswith("first") and systems[1][len(common) :].startswith(
         "second"
     )
-    assert systems[0].endswith("- current step: route (step 2)")
+    assert systems[0].endswith("- current step: route (step 3)")
 
 
 # --- documented limits, pinned (issue 24 item 13: tests/mutation/mutants/fidelity_summarize.toml)

@@ -30,6 +30,7 @@ CODE_QA = str(ROOT / "pipelines" / "code_qa.yaml")
 QUESTION = "Which stored procedure writes the OrderLines table and who calls it?"
 CODE_QA_STEPS = [
     "history",
+    "assemble",
     "route",
     "route_decision",
     "search",

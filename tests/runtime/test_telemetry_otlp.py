@@ -136,7 +136,7 @@ def test_exec_sends_the_runs_spans_to_an_otlp_http_receiver(receiver, sample_ind
     assert attrs(run)["step_runtime.run.id"] == run_id
     assert run.parent_span_id == b""
     steps = [s for _r, _scope, s in got if s.name.startswith("step ")]
-    assert len(steps) == 12  # code_qa's steps, verify_answer's included
+    assert len(steps) == 13  # code_qa's steps, verify_answer's and assemble's included
     assert {s.parent_span_id for s in steps} == {run.span_id}
     assert {s.trace_id for _r, _scope, s in got} == {run.trace_id}
     chats = [s for _r, _scope, s in got if s.name == "chat extractive"]
