@@ -181,7 +181,10 @@ def test_inputs_naming_another_tenants_label_are_refused(index, tmp_path):
         index, tmp_path, [("route", reply)], inputs={"allowed_labels": ["public", "tenant:b"]}
     )
     assert result.status == "failed" and result.error.code == "SCOPE_WIDENED"
-    assert result.error.step_id == "search" and result.state["retrieval_seed_nodes"] == []
+    # Refused at the first step that reads under the run's scope: code_qa's assemble step
+    # (issue 27), before any model call or search.
+    assert result.error.step_id == "assemble" and result.state["retrieval_seed_nodes"] == []
+    assert not [e for e in events if e["type"] == "MODEL_CALL"]
     assert any(e["type"] == "RUN_FAILED" and e["code"] == "SCOPE_WIDENED" for e in events)
     with pytest.raises(runtime.StepRuntimeError) as info:
         code_qa(index, tmp_path, [], subject={"tenant": "a", "clearance": ["tenant:b"]})
