@@ -1,7 +1,11 @@
 """Provenance ledger cost (issue 26): engine steps/s with the ledger on and off, and the
 ledger's cost per model call.
 
-Run: python benchmarks/ledger.py [--pairs N]
+Run: python benchmarks/ledger.py [--pairs N] [--seal-every N] [--floor]
+
+Checkpoints are sealed in batches (LedgerWriter: an entry at least every `--seal-every`
+checkpoints, 32 by default, and at every model call, tool call, pack and run end); with
+`--seal-every 1` the ledger writes an entry for every checkpoint, as before batches.
 Targets: steps that call no model, ledger on within 5% of off (steps/s, checkpoint per
 step, `normal` durability); a model call's ledger append under 1 ms (a MODEL_CALL event
 whose prompt holds 100 evidence items). Pairs alternate on/off in fresh stores and the
@@ -70,6 +74,21 @@ class FloorWriter:
             )
         return rows[-1][1:]
 
+    def checkpoint(
+        self, db: Any, run_id: str, record: Any, *, status: str, packs: Any = None,
+        last_in_event: bool = False,
+    ) -> Any:  # fmt: skip
+        """An entry for every checkpoint, as the ledger wrote them before batches."""
+        events, data, variables, _, new_steps, new_messages, _, _, state, _, _ = record
+        items = floor_items(
+            db, run_id, events, data, state=state, variables=variables, new_steps=new_steps,
+            new_messages=new_messages,
+        )  # fmt: skip
+        return self.append(db, run_id, items, last_in_event=last_in_event)
+
+    def seal(self, db: Any, run_id: str) -> None:
+        pass
+
     def settle(self, run_id: str, committed: bool) -> None:
         pass
 
@@ -87,12 +106,7 @@ def floor_rate(path: str, steps: int) -> tuple[float, float]:
     """steps_rate with FloorWriter in place of the ledger."""
     store = SqliteRunStore(path)
     store._ledger = FloorWriter()  # type: ignore[assignment]
-    real = _ledger.checkpoint_items
-    _ledger.checkpoint_items = floor_items  # type: ignore[assignment]
-    try:
-        return steps_rate(store, steps)
-    finally:
-        _ledger.checkpoint_items = real
+    return steps_rate(store, steps)
 
 
 def model_call_event(seq: int, items: int = 100) -> dict[str, Any]:
@@ -182,6 +196,7 @@ def main() -> None:
     parser.add_argument(
         "--floor", action="store_true", help="also the floor of a per-checkpoint entry"
     )
+    parser.add_argument("--seal-every", type=int, default=_ledger.SEAL_EVERY)
     args = parser.parse_args()
     ms, both, size = per_call_ms()
     print(
@@ -191,7 +206,8 @@ def main() -> None:
     ratios, on_rates, off_rates, cpu_ratios, floor_ratios = [], [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.pairs):
-            on, on_cpu = steps_rate(SqliteRunStore(f"{tmp}/on{i}.db"), args.steps)
+            on_store = SqliteRunStore(f"{tmp}/on{i}.db", seal_every=args.seal_every)
+            on, on_cpu = steps_rate(on_store, args.steps)
             off, off_cpu = steps_rate(SqliteRunStore(f"{tmp}/off{i}.db", ledger=False), args.steps)
             on_rates.append(on)
             off_rates.append(off)
@@ -202,7 +218,8 @@ def main() -> None:
     print(
         f"steps/s, checkpoint per step, 1 KB state: ledger on {statistics.median(on_rates):,.0f}"
         f", off {statistics.median(off_rates):,.0f}; on/off median {statistics.median(ratios):.3f}"
-        f" (range {min(ratios):.3f}-{max(ratios):.3f}, {args.pairs} pairs); by CPU time"
+        f" (range {min(ratios):.3f}-{max(ratios):.3f}, {args.pairs} pairs, seal every"
+        f" {args.seal_every}); by CPU time"
         f" {statistics.median(cpu_ratios):.3f} (range {min(cpu_ratios):.3f}"
         f"-{max(cpu_ratios):.3f}); load average {os.getloadavg()[0]:.2f}"
     )

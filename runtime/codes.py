@@ -592,6 +592,22 @@ _CODES: list[Code] = [
         "`runtime verify`: the run has no provenance ledger (stored before the ledger existed, "
         "or by a store opened with ledger=False).",
     ),
+    # issue 26 (round 4): checkpoints sealed in batches
+    Code(
+        "LEDGER_SEALED_LATE",
+        "run",
+        "`runtime verify` (a warning): a ledger entry sealed rows of a run killed before their "
+        "batch was sealed, when the run was resumed or verified; those rows were unprotected "
+        "from their write until then.",
+        "The entry names what it vouched for; a change made to them before it was written "
+        "cannot be told apart.",
+    ),
+    Code(
+        "LEDGER_SEAL_EVERY_INVALID",
+        "run",
+        "A run store was opened with `seal_every` that is not a whole number of at least 1.",
+        "Pass how many checkpoints a ledger entry may cover at most (default 32).",
+    ),
     Code("ACTION_FAILED", "run", "An action raised an unexpected exception (a bug in the action)."),
     Code("TRANSFORM_FAILED", "run", "A set_variables transform cannot apply to its value."),
     Code("QUERY_EMPTY", "run", "A search has an empty query."),

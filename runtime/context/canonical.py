@@ -18,9 +18,9 @@ between the two encoders, and how each difference sends a value to `json`:
   types) raises, and json decides.
 The two searches and the read-back cost about as much as json itself on long texts, so a
 list of flat records (messages: string keys; strings, integers, booleans and None as
-values, so no float) skips them; other values take them only in `sorted_utf8` (a pack:
-many short fields, where json is slowest); `sorted_ascii` and `compact_utf8` of other
-values go to json directly.
+values, so no float) skips them; other values take them in `sorted_utf8` (a pack) and
+`sorted_ascii` (ledger entries: many short fields, where json is slowest); `compact_utf8`
+of other values goes to json directly.
 Stored hashes never depend on which encoder ran (tests/runtime/test_canonical.py checks
 the two differentially, over generated values and every code point).
 """
@@ -116,13 +116,13 @@ def sorted_utf8(value: Any) -> bytes:
 def sorted_ascii(value: Any) -> bytes:
     """Canonical JSON: sorted keys, no spaces, ASCII."""
     orjson = _fast()
-    if orjson is not None and _flat(value):
+    if orjson is not None:
         try:
             out: bytes = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
         except TypeError:
             pass
         else:
-            if out.isascii():
+            if out.isascii() and (_flat(value) or _same(out, value, orjson)):
                 return out
     return reference_sorted_ascii(value)
 

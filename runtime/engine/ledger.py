@@ -40,6 +40,8 @@ from runtime.governance.ledger import (
 )
 
 TABLE = "run_ledger"
+# A checkpoint entry is written at least every SEAL_EVERY checkpoints (LedgerWriter).
+SEAL_EVERY = 32
 
 
 def migrate(db: sqlite3.Connection) -> None:
@@ -130,33 +132,98 @@ def checkpoint_items(
     pointers: list[tuple[str]],
     packs: dict[tuple[str, int], tuple[str, str, str]] | None = None,
 ) -> list[tuple[str, Any]]:
-    """The entries of one checkpoint: its events' own entries, then the checkpoint entry.
+    """The entries of one checkpoint: its events' own entries, then the checkpoint entry."""
+    record = (
+        events, data, variables, removed, new_steps, new_messages, pointers,
+        position, state, event_seq, steps,
+    )  # fmt: skip
+    return batch_items(db, run_id, [record], packs)
+
+
+# One checkpoint as the store wrote it (checkpoint_items' arguments, in that order): kept
+# in memory until its batch is sealed.
+Record = tuple[Any, ...]
+
+
+def batch_items(
+    db: sqlite3.Connection,
+    run_id: str,
+    records: list[Record],
+    packs: dict[tuple[str, int], tuple[str, str, str]] | None = None,
+) -> list[tuple[str, Any]]:
+    """The entries sealing checkpoints written in turn: the own entries of their events and
+    packs, then one checkpoint entry covering every row they wrote (the position, engine
+    state and event sequence of the last; each variable's last digest; every step, thread
+    message, pointer and other event).
 
     Variables are recorded by the BLAKE2b digest the store computes anyway (run_vars.hash
     is that digest, but verify recomputes it from the value).
     """
-    own, batch = event_items(events, data)
-    own.extend(pack_items(db, run_id, events, packs))
+    own: list[tuple[str, Any]] = []
+    batch: list[Any] = []
+    written: dict[str, str] = {}
+    gone: set[str] = set()
+    step_ids: list[list[Any]] = []
+    threads: list[list[Any]] = []
     made = []
-    for (pointer_id,) in pointers:  # rare: only steps that compacted or summarised
-        row = db.execute(
-            "SELECT sha256, kind FROM run_pointers WHERE run_id = ? AND pointer_id = ?",
-            (run_id, pointer_id),
-        ).fetchone()
-        made.append([pointer_id, row[0], row[1]] if row else [pointer_id, None, None])
+    for events, data, variables, removed, new_steps, new_messages, pointers, *_ in records:
+        packed = False
+        for event, (_, seq, type_, step_id, text) in zip(events, data, strict=True):
+            kind = EVENT_KINDS.get(type_)
+            # event_content, inlined: a batch holds an event per step or more
+            content = {"seq": seq, "type": type_, "step_id": step_id, "sha256": sha256(text)}
+            if kind is None:
+                batch.append(content)
+                packed = packed or type_ == PACK_EVENT
+                continue
+            if kind == "model_call":
+                content.update(model_call_extra(event))
+            own.append((kind, content))
+        if packed:
+            own.extend(pack_items(db, run_id, events, packs))
+        for _, name, digest, _ in variables:
+            written[name] = digest
+            gone.discard(name)
+        for _, name in removed:
+            written.pop(name, None)
+            gone.add(name)
+        for _, n, step_id in new_steps:
+            step_ids.append([n, step_id])
+        for _, tid, n, text in new_messages:
+            threads.append([tid, n, sha256(text)])
+        for (pointer_id,) in pointers:  # rare: only steps that compacted or summarised
+            row = db.execute(
+                "SELECT sha256, kind FROM run_pointers WHERE run_id = ? AND pointer_id = ?",
+                (run_id, pointer_id),
+            ).fetchone()
+            made.append([pointer_id, row[0], row[1]] if row else [pointer_id, None, None])
+    *_, position, state, event_seq, steps = records[-1]
     content = {
         "position": position,
         "engine": sha256(state),
         "event_seq": event_seq,
         "steps": steps,
-        "vars": sorted([name, digest] for _, name, digest, _ in variables),
-        "removed": sorted(name for _, name in removed),
-        "step_ids": [[n, step_id] for _, n, step_id in new_steps],
-        "threads": [[tid, n, sha256(text)] for _, tid, n, text in new_messages],
+        "vars": sorted([name, digest] for name, digest in written.items()),
+        "removed": sorted(gone),
+        "step_ids": step_ids,
+        "threads": threads,
         "pointers": sorted(made),
         "events": batch,
     }
     return [*own, ("checkpoint", content)]
+
+
+def must_seal(events: list[dict[str, Any]], pointers: list[Any], status: str) -> bool:
+    """Whether a checkpoint seals its batch now: it holds an event with an entry of its own
+    (a model call, a tool call, a decision, a summary), a context pack, pointers made the
+    run's, or the run's end."""
+    if pointers or status != "running":
+        return True
+    for event in events:
+        kind = event.get("type")
+        if kind in EVENT_KINDS or kind == PACK_EVENT:
+            return True
+    return False
 
 
 # The event a model call's context pack is named by (runtime/context/packs.py): its pack is
@@ -232,6 +299,12 @@ def _head(db: sqlite3.Connection, run_id: str) -> tuple[int, str]:
 class LedgerWriter:
     """Appends a run's entries inside the store's transaction (one per store).
 
+    Checkpoints are sealed in batches (`checkpoint`): a checkpoint that calls for no entry
+    of its own is kept in memory and covered by the next checkpoint entry, written at a
+    model call, tool call, decision, summary, pack or pointer, at the run's end, and at
+    least every `seal_every` checkpoints. Until then its rows are unprotected (a run killed
+    meanwhile gets them sealed late: `seal_tail`).
+
     The head of each run it wrote is remembered once its transaction committed (`settle`),
     so a checkpoint does not read it back; a head another writer moved on is found by the
     primary key (the insert of a taken seq fails) and read again. An entry kept in an event
@@ -239,10 +312,51 @@ class LedgerWriter:
     others off) would fork the chain there, and verify names the entry.
     """
 
-    def __init__(self, key: bytes | None) -> None:
+    def __init__(self, key: bytes | None, seal_every: int = SEAL_EVERY) -> None:
+        if seal_every < 1:
+            raise ValueError(f"seal_every must be at least 1, got {seal_every}")
         self.key = key  # from $RUNTIME_LEDGER_KEY; never written anywhere
+        self.seal_every = seal_every
         self._heads: dict[str, tuple[int, str]] = {}  # committed heads
         self._pending: dict[str, tuple[int, str] | None] = {}  # heads of open transactions
+        self._batches: dict[str, list[Record]] = {}  # committed checkpoints not yet sealed
+        self._staged: dict[str, Record] = {}  # the open transaction's, kept on commit
+        self._sealed: set[str] = set()  # runs whose open transaction seals their batch
+
+    def checkpoint(
+        self,
+        db: sqlite3.Connection,
+        run_id: str,
+        record: Record,
+        *,
+        status: str,
+        packs: dict[tuple[str, int], tuple[str, str, str]] | None = None,
+        last_in_event: bool = False,
+    ) -> tuple[Any, ...] | None:
+        """Seal the run's batch with this checkpoint when it must, else keep it for later.
+
+        Returns what `append` returns (the entry for the last event row), None when kept.
+        """
+        batch = self._batches.get(run_id, [])
+        events, pointers = record[0], record[6]
+        if len(batch) + 1 < self.seal_every and not must_seal(events, pointers, status):
+            self._staged[run_id] = record
+            return None
+        self._sealed.add(run_id)
+        items = batch_items(db, run_id, [*batch, record], packs)
+        return self.append(db, run_id, items, last_in_event=last_in_event)
+
+    def seal(self, db: sqlite3.Connection, run_id: str) -> None:
+        """Seal the run's batch now (the run ends), in the caller's transaction."""
+        batch = self._batches.get(run_id)
+        if batch:
+            self._sealed.add(run_id)
+            self.append(db, run_id, batch_items(db, run_id, batch))
+
+    def forget(self, run_id: str) -> None:
+        """Drop what is kept of a run (its tail was sealed from the stored rows)."""
+        self._batches.pop(run_id, None)
+        self._heads.pop(run_id, None)
 
     def append(
         self,
@@ -296,7 +410,15 @@ class LedgerWriter:
         return rows
 
     def settle(self, run_id: str, committed: bool) -> None:
-        """After the transaction: keep the head it wrote, or forget it (rolled back)."""
+        """After the transaction: keep the head it wrote, or forget it (rolled back); keep
+        the checkpoint it staged, or drop the batch it sealed."""
+        staged = self._staged.pop(run_id, None)
+        if run_id in self._sealed:
+            self._sealed.discard(run_id)
+            if committed:
+                self._batches.pop(run_id, None)
+        elif committed and staged is not None:
+            self._batches.setdefault(run_id, []).append(staged)
         had = run_id in self._pending
         pending = self._pending.pop(run_id, None)
         if committed and pending is not None:
@@ -320,10 +442,15 @@ class Report:
     mismatches: list[Mismatch] = field(default_factory=list)
     # rows a step stored after the run's last checkpoint (a killed run): not yet covered
     provisional: list[str] = field(default_factory=list)
+    # entries that sealed a killed run's rows late (LEDGER_SEALED_LATE): reported, not failed
+    warnings: list[Mismatch] = field(default_factory=list)
+    # rows a run that is not running wrote after its last entry: sealed late by the store
+    unsealed: Tail | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.mismatches
+        """No mismatch, and no unsealed tail left (the store seals one before answering)."""
+        return not self.mismatches and self.unsealed is None
 
     @property
     def first(self) -> Mismatch | None:
@@ -343,6 +470,8 @@ class Report:
             "key": self.key,
             "first_mismatch": first.to_dict() if first else None,
             "provisional": self.provisional,
+            "warnings": [w.to_dict() for w in self.warnings],
+            "unsealed": self.unsealed.describe() if self.unsealed is not None else [],
             "mismatches": [m.to_dict() for m in sorted_mismatches(self.mismatches)],
         }
 
@@ -455,8 +584,15 @@ def _entries(rows: list[Any]) -> list[Entry]:
     return out
 
 
-def verify_run(db: sqlite3.Connection, run_id: str, key: bytes | None) -> Report:
-    """Recompute a run's chain from its stored rows (`db` reads TEXT as bytes)."""
+def verify_run(
+    db: sqlite3.Connection, run_id: str, key: bytes | None, live: bool = False
+) -> Report:
+    """Recompute a run's chain from its stored rows (`db` reads TEXT as bytes).
+
+    Rows a run wrote after its last entry (checkpoints not sealed yet) are listed as
+    provisional while it runs (`live`); when it does not, `report.unsealed` names them for
+    the store to seal late (`seal_tail`).
+    """
     rows = _Rows(db, run_id)
     entries = _entries(rows.ledger)
     chain = check_chain(entries, key, _describe)
@@ -465,7 +601,88 @@ def verify_run(db: sqlite3.Connection, run_id: str, key: bytes | None) -> Report
     coverage = _Coverage(rows, entries, report.mismatches)
     coverage.check()
     report.provisional = coverage.provisional
+    report.warnings = coverage.sealed_late
+    tail = coverage.tail
+    if tail is not None and tail.rows():
+        if live:
+            report.provisional.extend(
+                f"{what} (written after entry {len(entries)}, sealed with the run's next "
+                "checkpoint entry)"
+                for what in tail.describe()
+            )
+        else:
+            report.unsealed = tail
     return report
+
+
+@dataclass
+class Tail:
+    """Rows a run wrote after its last entry, by kind (an unsealed batch)."""
+
+    checkpoint: bool = False
+    events: list[int] = field(default_factory=list)
+    vars: list[str] = field(default_factory=list)  # written (or changed) since
+    removed: list[str] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+    threads: list[tuple[str, int]] = field(default_factory=list)
+    pointers: list[str] = field(default_factory=list)
+
+    def rows(self) -> int:
+        return (
+            int(self.checkpoint)
+            + len(self.events)
+            + len(self.vars)
+            + len(self.removed)
+            + len(self.steps)
+            + len(self.threads)
+            + len(self.pointers)
+        )
+
+    def describe(self) -> list[str]:
+        """The rows for a person."""
+        out = []
+        if self.checkpoint:
+            out.append("the checkpoint row")
+        if self.events:
+            out.append(f"events {min(self.events)}-{max(self.events)} ({len(self.events)})")
+        out += [f"variable {n!r}" for n in sorted(self.vars)]
+        out += [f"variable {n!r} removed" for n in sorted(self.removed)]
+        if self.steps:
+            out.append(f"steps {min(self.steps)}-{max(self.steps)} of the step list")
+        out += [f"thread {t} message {n}" for t, n in sorted(self.threads)]
+        out += [f"pointer {p}" for p in sorted(self.pointers)]
+        return out
+
+
+def tail_content(db: sqlite3.Connection, run_id: str, tail: Tail, why: str) -> dict[str, Any]:
+    """A checkpoint entry's content for an unsealed tail, read from the stored rows (`db`
+    reads TEXT as bytes), marked `late` (why: resume or verify)."""
+    rows = _Rows(db, run_id)
+    cp = rows.checkpoint
+    wanted = set(tail.events)
+    events = [
+        event_content(r[0], _s(r[1]), _s(r[2]), r[3] or b"")
+        for seq, r in sorted(rows.events.items())
+        if seq in wanted
+    ]
+    stored = {_s(k): v for k, v in rows.vars.items()}
+    threads = {(_s(t), n): m for (t, n), m in rows.threads.items()}
+    pointers = {_s(p): (_s(sha), _s(kind)) for p, (sha, kind) in rows.pointers.items()}
+    return {
+        "position": None if cp is None else _s(cp[0]),
+        "engine": None if cp is None else sha256(cp[1] or b""),
+        "event_seq": None if cp is None else cp[2],
+        "steps": None if cp is None else cp[3],
+        "vars": sorted(
+            [n, _var_digest(stored[n])] for n in set(tail.vars) if stored.get(n) is not None
+        ),
+        "removed": sorted(set(tail.removed)),
+        "step_ids": [[n, _s(rows.steps[n])] for n in sorted(set(tail.steps))],
+        "threads": [[t, n, sha256(threads[(t, n)])] for t, n in sorted(set(tail.threads))],
+        "pointers": sorted([p, *pointers[p]] for p in set(tail.pointers)),
+        "events": events,
+        "late": why,
+    }
 
 
 class _Coverage:
@@ -483,6 +700,13 @@ class _Coverage:
         self.unread: list[Entry] = []  # entries whose content did not decode
         self.late = False  # comparing the rows as the last entries left them
         self.provisional: list[str] = []  # stored after the last checkpoint of a live run
+        self.sealed_late: list[Mismatch] = []  # entries that sealed rows late (warnings)
+        # Rows written after the last entry may be an unsealed batch, unless the chain ends
+        # with the run's end and the run is not running again (then every row is sealed).
+        status = _s(rows.run[4]) if rows.run is not None else None
+        at_rest = bool(entries) and _shape(entries[-1]) == "end" and status != "running"
+        # A run with no entry at all has no ledger (LEDGER_MISSING): nothing to seal.
+        self.tail: Tail | None = None if at_rest or not entries else Tail()
 
     def bad(self, entry: Entry | None, reason: str, covers: str | None = None) -> None:
         if entry is None:  # a row no entry covers: named as the entry after the chain's end
@@ -571,6 +795,17 @@ class _Coverage:
             self.bad(entry, f"the inputs' {problem}")
 
     def checkpoint(self, entry: Entry, c: dict[str, Any]) -> None:
+        if c.get("late"):
+            self.sealed_late.append(
+                Mismatch(
+                    entry.seq,
+                    entry.kind,
+                    _describe(entry),
+                    f"sealed late (at {c['late']}): {_late_rows(c)} were written by checkpoints"
+                    " of a run killed before their batch was sealed, unprotected until then",
+                    code="LEDGER_SEALED_LATE",
+                )
+            )
         for e in c["events"]:
             self.event(entry, e, own=False)
         for name, digest in c["vars"]:
@@ -600,6 +835,8 @@ class _Coverage:
     def final(self, last_cp: Any, last_end: Any) -> None:
         rows = self.rows
         self.late = True
+        if self.tail is not None and not self.advanced(last_cp):
+            self.tail = None  # no checkpoint since the last entry: every difference is one
         if last_cp is not None:
             entry, c = last_cp
             cp = rows.checkpoint
@@ -616,6 +853,8 @@ class _Coverage:
             want = {k: c.get(k) for k in ("position", "engine", "event_seq", "steps")}
             if got is None:
                 self.bad(entry, "the checkpoint row is missing")
+            elif canonical(got) != canonical(want) and self.tail is not None:
+                self.tail.checkpoint = True
             elif canonical(got) != canonical(want):
                 differs = [k for k in got if canonical(got[k]) != canonical(want[k])]
                 reason = f"the checkpoint row differs in {', '.join(differs)}"
@@ -633,11 +872,17 @@ class _Coverage:
                     self.out.append(Mismatch(min(gone), None, "checkpoints", reason))
                 else:
                     self.bad(entry, reason)
+        elif rows.checkpoint is not None and self.tail is not None:
+            self.tail.checkpoint = True
         elif rows.checkpoint is not None:
             self.bad(None, "a checkpoint row is stored but no entry covers it", "checkpoints")
         self.keyed_rows()
         self.end(last_end)
+        newest_event = max(self.events_seen, default=0)
         for seq in sorted(set(rows.events) - self.events_seen):
+            if self.tail is not None and isinstance(seq, int) and seq > newest_event:
+                self.tail.events.append(seq)
+                continue
             self.bad(None, "stored but in no ledger entry", f"event {seq}")
         # Packs stored after the last checkpoint, by a step killed before it, are provisional
         # (a resume drops them) until the run has ended.
@@ -649,28 +894,61 @@ class _Coverage:
                 continue
             self.bad(None, "stored but in no ledger entry", f"context pack {seq}")
 
+    def advanced(self, last_cp: Any) -> bool:
+        """Whether the checkpoint row is past the last entry (more steps or events): only
+        then can rows differ because checkpoints were written and not yet sealed."""
+        cp = self.rows.checkpoint
+        if cp is None:
+            return False
+        if last_cp is None:  # no entry has covered a checkpoint row yet: this one is new
+            return True
+        steps = last_cp[1].get("steps")
+        newest = max(self.events_seen, default=0)
+        more_steps = isinstance(cp[3], int) and isinstance(steps, int) and cp[3] > steps
+        return more_steps or (isinstance(cp[2], int) and cp[2] > newest)
+
     def keyed_rows(self) -> None:
         rows = self.rows
         for name, (entry, digest) in self.vars.items():
             value = rows.vars.get(name.encode("utf-8", "surrogateescape"))
             what = f"variable {name!r}"
+            tail = self.tail
             if digest is None:
-                if value is not None:
+                if value is not None and tail is not None:
+                    tail.vars.append(name)
+                elif value is not None:
                     self.bad(entry, "was removed here but is stored", what)
             elif value is None:
-                self.bad(entry, "is missing", what)
+                if tail is not None:
+                    tail.removed.append(name)
+                else:
+                    self.bad(entry, "is missing", what)
+            elif _var_digest(value) != digest and tail is not None:
+                tail.vars.append(name)
             elif _var_digest(value) != digest:
                 self.bad(entry, "differs from what the entry recorded", what)
-            elif problem := _stored_text_problem(rows.db, value):
+                continue
+            if value is not None and (problem := _stored_text_problem(rows.db, value)):
                 self.bad(entry, problem, what)
         for raw in rows.vars:
-            if _s(raw) not in self.vars:
+            if _s(raw) in self.vars:
+                continue
+            if self.tail is not None:
+                self.tail.vars.append(_s(raw))
+                if problem := _stored_text_problem(rows.db, rows.vars[raw]):
+                    after = len(self.entries) + 1  # the entry that will seal it
+                    self.out.append(Mismatch(after, None, f"variable {_s(raw)!r}", problem))
+            else:
                 self.bad(None, "stored but in no ledger entry", f"variable {_s(raw)!r}")
         for n, (entry, step_id) in self.steps.items():
             got = rows.steps.get(n)
             if got is None or _s(got) != step_id:
                 self.bad(entry, f"differs ({_s(got)!r} stored)", f"step {n} of the step list")
-        for n in set(rows.steps) - set(self.steps):
+        newest_step = max(self.steps, default=-1)
+        for n in sorted(set(rows.steps) - set(self.steps), key=_order_key):
+            if self.tail is not None and isinstance(n, int) and n > newest_step:
+                self.tail.steps.append(n)
+                continue
             self.bad(None, "stored but in no ledger entry", f"step {n} of the step list")
         threads = {(_s(t), n): m for (t, n), m in rows.threads.items()}
         for key, (entry, digest) in self.threads.items():
@@ -682,6 +960,9 @@ class _Coverage:
                     f"thread {key[0]} message {key[1]}",
                 )
         for key in set(threads) - set(self.threads):
+            if self.tail is not None:
+                self.tail.threads.append(key)
+                continue
             self.bad(None, "stored but in no ledger entry", f"thread {key[0]} message {key[1]}")
         self.pointer_rows()
 
@@ -702,6 +983,12 @@ class _Coverage:
         for pid in sorted(set(stored) - set(self.pointers)):
             if pid in pending and not ended:
                 self.provisional.append(f"pointer {pid}")
+                continue
+            if self.tail is not None and pid not in pending:
+                self.tail.pointers.append(pid)
+                problem = _original_problem(rows.db, stored[pid][0])
+                if problem:
+                    self.bad(None, f"its original {problem}", f"pointer {pid}")
                 continue
             self.bad(None, "stored but in no ledger entry", f"pointer {pid}")
 
@@ -729,6 +1016,27 @@ class _Coverage:
         if canonical(got) != canonical(c):
             differs = [k for k in got if canonical(got[k]) != canonical(c.get(k))]
             self.bad(entry, f"the run row differs in {', '.join(differs)}")
+
+
+def _order_key(value: Any) -> tuple[int, Any]:
+    return (0, value) if isinstance(value, int) else (1, str(value))
+
+
+def _late_rows(c: dict[str, Any]) -> str:
+    """What a late checkpoint entry vouched for, in a few words."""
+    parts = []
+    for key, word in (
+        ("events", "events"),
+        ("vars", "variables"),
+        ("removed", "removed variables"),
+        ("step_ids", "steps"),
+        ("threads", "thread messages"),
+        ("pointers", "pointers"),
+    ):
+        value = c.get(key)
+        if isinstance(value, list) and value:
+            parts.append(f"{len(value)} {word}")
+    return ", ".join(parts) or "the checkpoint row"
 
 
 def _var_digest(value: bytes) -> str:
@@ -795,12 +1103,24 @@ def describe_report(report: Report) -> str:
         if report.provisional
         else ""
     )
+    warned = [
+        f"  warning: entry {w.seq} ({w.kind}): {w.covers}: {w.reason} [{w.code}]"
+        for w in report.warnings
+    ]
     if report.ok:
-        return (
-            f"run {report.run_id}: ok, {report.entries} ledger entries match the stored rows"
-            f"{signed}{later}; head {report.head}"
+        return "\n".join(
+            [
+                f"run {report.run_id}: ok, {report.entries} ledger entries match the stored rows"
+                f"{signed}{later}; head {report.head}",
+                *warned,
+            ]
         )
     found = sorted_mismatches(report.mismatches)
+    if not found:  # an unsealed tail the store could not seal (its ledger is off)
+        rows = ", ".join(report.unsealed.describe()) if report.unsealed else ""
+        return "\n".join(
+            [f"run {report.run_id}: UNSEALED: rows written after the last entry: {rows}", *warned]
+        )
     first = found[0]
     where = f"entry {first.seq} ({first.kind or 'missing'})"
     lines = [
@@ -811,4 +1131,4 @@ def describe_report(report: Report) -> str:
         lines.append(f"  also {at}: {m.covers}: {m.reason} [{m.code}]")
     if len(found) > 20:
         lines.append(f"  ... and {len(found) - 20} more (--json lists all)")
-    return "\n".join(lines)
+    return "\n".join([*lines, *warned])

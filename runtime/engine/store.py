@@ -479,12 +479,14 @@ class SqliteRunStore:
         create: bool = True,
         durability: str = "normal",
         ledger: bool = True,
+        seal_every: int = _ledger.SEAL_EVERY,
     ) -> None:
         """Open the store; with create=False (the reading commands) a missing file is refused.
 
         `durability` applies to runs that do not choose their own (see the module doc).
         `ledger` False writes no provenance ledger (benchmarks; `runtime verify` then finds
-        none); the signing key is read from $RUNTIME_LEDGER_KEY once, here.
+        none); the signing key is read from $RUNTIME_LEDGER_KEY once, here. `seal_every`:
+        a checkpoint entry at least every this many checkpoints (docs/packs.md, "Sealing").
         """
         if durability not in DURABILITY:
             raise StoreError(
@@ -492,7 +494,13 @@ class SqliteRunStore:
                 code="DURABILITY_UNKNOWN",
             )
         self.durability = durability
-        self._ledger = _ledger.LedgerWriter(key_from_env()) if ledger else None
+        if isinstance(seal_every, bool) or not isinstance(seal_every, int) or seal_every < 1:
+            raise StoreError(
+                f"seal_every must be a whole number of checkpoints of at least 1, got "
+                f"{seal_every!r}",
+                code="LEDGER_SEAL_EVERY_INVALID",
+            )
+        self._ledger = _ledger.LedgerWriter(key_from_env(), seal_every) if ledger else None
         # (run, pack seq) -> (step id, pack id, sha256 of the body stored): see save_pack
         self._pack_digests: dict[tuple[str, int], tuple[str, str, str]] = {}
         raw = path or default_path()
@@ -753,25 +761,16 @@ class SqliteRunStore:
             ).fetchall()
             entry = None
             if self._ledger is not None:
-                entry = self._ledger.append(
+                record = (
+                    events, data, rows, removed, new_steps, new_messages, made,
+                    position, state, stored_seq, engine.get("step_count", 0),
+                )  # fmt: skip
+                entry = self._ledger.checkpoint(
                     db,
                     run_id,
-                    _ledger.checkpoint_items(
-                        db,
-                        run_id,
-                        events,
-                        data,
-                        position=position,
-                        state=state,
-                        event_seq=stored_seq,
-                        steps=engine.get("step_count", 0),
-                        variables=rows,
-                        removed=removed,
-                        new_steps=new_steps,
-                        new_messages=new_messages,
-                        pointers=made,
-                        packs=self._pack_digests,
-                    ),
+                    record,
+                    status=status,
+                    packs=self._pack_digests,
                     last_in_event=bool(data),  # in a page this transaction writes anyway
                 )
             if data:
@@ -813,6 +812,7 @@ class SqliteRunStore:
                 (status, output_text, error_text, time.time(), run_id),
             )
             if self._ledger is not None:
+                self._ledger.seal(db, run_id)  # checkpoints not sealed yet, before the end
                 end = _ledger.end_content(status, output_text, error_text)
                 self._ledger.append(db, run_id, [("end", end)])
 
@@ -842,6 +842,9 @@ class SqliteRunStore:
             )
 
         self._tx(fn)
+        # Checkpoints written after the run's last ledger entry (a batch the kill left
+        # unsealed) are sealed now, marked late, before the run goes on.
+        self.seal_tail(run_id, "resume")
 
     def set_status(self, run_id: str, status: str, *, durability: str | None = None) -> None:
         """Change a run's status; a run set running (resumed) is owned by this process."""
@@ -1409,16 +1412,66 @@ class SqliteRunStore:
 
         Read on a connection of its own that hands TEXT back as bytes (a changed byte never
         fails a decode) in one snapshot; a damaged file is STORE_ERROR, no run RUN_NOT_FOUND.
+        Rows a run that is not running wrote after its last entry (a run killed mid-batch)
+        are sealed first (`seal_tail`), and reported as sealed late (LEDGER_SEALED_LATE).
         """
+        report = self._verify(run_id, key)
+        if report.unsealed is not None and self.seal_tail(run_id, "verify"):
+            report = self._verify(run_id, key)
+        return report
+
+    def _verify(self, run_id: str, key: bytes | None) -> _ledger.Report:
         try:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             try:
                 db.text_factory = bytes
-                if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                row = db.execute("SELECT status, owner FROM runs WHERE id = ?", (run_id,))
+                found = row.fetchone()
+                if found is None:
                     raise RunError(f"no run {run_id!r} in {self.path}", code="RUN_NOT_FOUND")
                 db.execute("BEGIN")  # one snapshot of every table
-                return _ledger.verify_run(db, run_id, key)
+                return _ledger.verify_run(db, run_id, key, self._live(found))
             finally:
                 db.close()
         except (sqlite3.Error, RecursionError) as exc:
             raise StoreError(f"run store {self.path}: verify: {exc} (store damaged?)") from exc
+
+    @staticmethod
+    def _live(row: tuple[Any, Any]) -> bool:
+        """Whether a run (status, owner as bytes) is running in a process that still runs."""
+        status, owner = (v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in row)
+        return status == "running" and not is_gone(_owner(owner))
+
+    def seal_tail(self, run_id: str, why: str) -> bool:
+        """Seal the rows a run wrote after its last ledger entry (checkpoints of a batch a
+        kill left unsealed) with one checkpoint entry marked `late` (why: resume, verify).
+        True when there was such a tail. The rows were unprotected until now: verify reports
+        the entry as LEDGER_SEALED_LATE, always."""
+        if self._ledger is None:
+            return False
+        writer = self._ledger
+        sealed = False
+        try:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                db.text_factory = bytes  # read as verify reads
+                tail = _ledger.verify_run(db, run_id, None, live=False).unsealed
+                content = _ledger.tail_content(db, run_id, tail, why) if tail else None
+                db.text_factory = str
+                writer.forget(run_id)  # the head and batch are read from the rows
+                if content is not None:
+                    writer.append(db, run_id, [("checkpoint", content)])
+                    sealed = True
+                db.execute("COMMIT")
+                writer.settle(run_id, committed=True)
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                writer.settle(run_id, committed=False)
+                raise
+            finally:
+                db.close()
+        except (sqlite3.Error, RecursionError) as exc:
+            raise StoreError(f"run store {self.path}: sealing {run_id}: {exc}") from exc
+        return sealed

@@ -152,8 +152,9 @@ def test_every_stored_entry_links_to_the_one_before(tmp_path):
     kinds = [r[1] for r in rows]
     assert kinds[0] == "run" and kinds[-1] == "end"
     assert kinds.count("model_call") == 3 and kinds.count("decision") == 3
-    # one checkpoint entry per checkpoint: three visits of t, s, the run's end (RUN_COMPLETED)
-    assert kinds.count("checkpoint") == 5
+    # checkpoints sealed in batches: each of the three visits of t (a model call seals),
+    # then s (no model call: kept) sealed with the run's last checkpoint (RUN_COMPLETED)
+    assert kinds.count("checkpoint") == 4
 
 
 def test_a_model_call_entry_holds_its_prompt_and_reply_hashes(tmp_path):
@@ -207,7 +208,7 @@ def test_an_edited_model_call_is_named_by_its_entry(tmp_path, change, kind, test
 def test_a_variable_is_named_by_the_last_checkpoint_that_wrote_it(tmp_path):
     path = run(tmp_path)
     sql(path, "UPDATE run_vars SET value = '\"answer 0\"' WHERE name = 'answer'")
-    last = [r[0] for r in entries(path) if r[1] == "checkpoint"][-3]  # the last visit of t
+    last = [r[0] for r in entries(path) if r[1] == "checkpoint"][-2]  # the last visit of t
     assert first(path) == {
         "seq": last,
         "kind": "checkpoint",
@@ -350,7 +351,7 @@ def test_a_failed_checkpoint_writes_no_entry(tmp_path):
 
 def test_a_store_keeps_no_head_for_a_run_that_ended_and_a_resume_chains_on(tmp_path):
     path = str(tmp_path / "runs.db")
-    store = SqliteRunStore(path)
+    store = SqliteRunStore(path, seal_every=1)  # every checkpoint sealed at once
     engine = Engine(PIPELINE, registry=Registry.from_classes(Talk, Stop), store=store)
     assert engine.run({"question": "q"}, run_id="r").status == "completed"
     assert store._ledger._heads == {}
