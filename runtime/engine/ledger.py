@@ -303,7 +303,8 @@ class LedgerWriter:
     of its own is kept in memory and covered by the next checkpoint entry, written at a
     model call, tool call, decision, summary, pack or pointer, at the run's end, and at
     least every `seal_every` checkpoints. Until then its rows are unprotected (a run killed
-    meanwhile gets them sealed late: `seal_tail`).
+    meanwhile gets them sealed late: the SQLite store's `seal_tail`). The default, 1, seals
+    every checkpoint: a store that cannot seal a tail late (Postgres, as yet) keeps it.
 
     The head of each run it wrote is remembered once its transaction committed (`settle`),
     so a checkpoint does not read it back; a head another writer moved on is found by the
@@ -312,7 +313,7 @@ class LedgerWriter:
     others off) would fork the chain there, and verify names the entry.
     """
 
-    def __init__(self, key: bytes | None, seal_every: int = SEAL_EVERY) -> None:
+    def __init__(self, key: bytes | None, seal_every: int = 1) -> None:
         if seal_every < 1:
             raise ValueError(f"seal_every must be at least 1, got {seal_every}")
         self.key = key  # from $RUNTIME_LEDGER_KEY; never written anywhere
