@@ -178,3 +178,25 @@ def test_the_docs_example_validates_and_runs_as_described(runner, index, tmp_pat
     out, events = run(runner, index, path)
     assert hits(out) == {A_PUBLIC, A_INTERNAL} and fetched(out) == {A_PUBLIC}
     assert [e["step"] for e in events if e["type"] == "EXCEPTION_USED"] == ["search"]
+
+
+def test_only_a_read_traces_the_use_and_the_lift_is_the_steps_own():
+    from types import SimpleNamespace
+
+    from actions._scope import run_subject
+
+    traced: list[tuple[str, dict[str, Any]]] = []
+    ctx = SimpleNamespace(
+        step_id="search",
+        settings={"exceptions": [EXCEPTION]},
+        inputs={"subject": SUBJECT},
+        trace=lambda event, **data: traced.append((event, data)),
+    )
+    assert run_subject(ctx).clearance == ("internal", "public")
+    assert traced == []  # asking who the subject is is no read
+    assert run_subject(ctx, reading=True).clearance == ("internal", "public")
+    assert [(e, d["step"], d["labels"]) for e, d in traced] == [
+        ("EXCEPTION_USED", "search", ["internal"])
+    ]
+    ctx.step_id = "fetch"
+    assert run_subject(ctx, reading=True).clearance == ("public",) and len(traced) == 1
