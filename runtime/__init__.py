@@ -20,6 +20,8 @@ _LAZY = {
     "load": "runtime._api",
     "validate": "runtime._api",
     "remember": "runtime._api",
+    "submit": "runtime._api",
+    "wait": "runtime._api",
     "record_experience": "runtime._api",
     "Action": "runtime.contract.action",
     "Outcome": "runtime.contract.action",
@@ -75,5 +77,7 @@ __all__ = [
     "open_run_store",
     "record_experience",
     "remember",
+    "submit",
     "validate",
+    "wait",
 ]

@@ -235,3 +235,25 @@ def record_experience(
 
     target = open_memory_store(store, create=True)
     return list(target.record_experiences(list(items), scrub=scrubber_for(settings or {})))
+
+
+def submit(
+    pipeline_file: str,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    store: str | None = None,
+    run_id: str | None = None,
+) -> str:
+    """Queue a run for the workers of a Postgres store (default $RUNTIME_STORE); its run id."""
+    from runtime.engine import workers
+    from runtime.engine.store import default_path
+
+    return workers.submit(store or default_path(), pipeline_file, dict(inputs or {}), run_id)
+
+
+def wait(run_id: str, *, store: str | None = None, timeout: float | None = None) -> dict[str, Any]:
+    """Block until a submitted run has completed or failed; its row as `runtime runs` lists it."""
+    from runtime.engine import workers
+    from runtime.engine.store import default_path
+
+    return workers.wait(store or default_path(), run_id, timeout=timeout)

@@ -45,6 +45,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Resume a crashed or failed run from its last checkpoint.",
     ),
     "runs": ("runtime.cli.runs", "runs", "List runs in the run store."),
+    "submit": (
+        "runtime.cli.worker",
+        "submit",
+        "Queue a run for the workers of a Postgres store; print its id.",
+    ),
+    "worker": (
+        "runtime.cli.worker",
+        "worker",
+        "Execute runs queued in a Postgres store (--concurrency N).",
+    ),
     "store": (
         "runtime.cli.store",
         "store",

@@ -11,8 +11,9 @@ import click
 
 from runtime.cli._common import existing_store, handle_errors
 
-# interrupted: left running by a process that is gone (runtime/engine/owner.py)
-STATUSES = ("running", "interrupted", "completed", "failed")
+# interrupted: left running by a process that is gone (runtime/engine/owner.py); queued:
+# submitted to a Postgres store's workers and not started yet (runtime/engine/workers.py)
+STATUSES = ("queued", "running", "interrupted", "completed", "failed")
 
 
 @click.command()
@@ -42,7 +43,11 @@ def runs(
     # The model of calls that name none (--model, else the pipeline's); "-": not recorded.
     models = {r["run_id"]: r.get("model") or "-" for r in rows}
     model_width = max(len("MODEL"), *(len(m) for m in models.values()))
-    sw = max(9, *(len(r["status"]) for r in rows))  # status width
+    # a running run's worker, on a Postgres store with workers: "running (host:pid)"
+    shown = {
+        r["run_id"]: r["status"] + (f" ({r['worker']})" if r.get("worker") else "") for r in rows
+    }
+    sw = max(9, *(len(v) for v in shown.values()))  # status width
     header = (
         f"{'RUN ID':<{id_width}}  {'STATUS':<{sw}}  {'STARTED':<19}  {'SECONDS':>9}  "
         f"{'STEPS':>5}  {'PIPELINE':<{name_width}}  {'MODEL':<{model_width}}  ERROR"
@@ -52,7 +57,8 @@ def runs(
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"]))
         err = r["error"]["code"] if r["error"] else ""
         line = (
-            f"{r['run_id']:<{id_width}}  {r['status']:<{sw}}  {started:<19}  {r['seconds']:>9.3f}  "
+            f"{r['run_id']:<{id_width}}  {shown[r['run_id']]:<{sw}}  {started:<19}  "
+            f"{r['seconds']:>9.3f}  "
             f"{r['steps']:>5}  {r['pipeline']!s:<{name_width}}  "
             f"{models[r['run_id']]:<{model_width}}  {err}"
         )

@@ -17,6 +17,9 @@ import threading
 from runtime.errors import UsageError
 
 ENV = "STEP_RUNTIME_KILL_AT"
+# STOP instead of KILL: the process pauses there (SIGSTOP) until a SIGCONT (issue 34: a
+# worker paused past its lease must find its late writes refused).
+SIGNAL_ENV = "STEP_RUNTIME_KILL_SIGNAL"
 _SPEC = os.environ.get(ENV) or None
 ARMED = _SPEC is not None  # read by the engine before calling reached()
 _seen: dict[str, int] = {}
@@ -40,4 +43,5 @@ def reached(point: str) -> None:
     with _lock:
         _seen[point] = n = _seen.get(point, 0) + 1
     if n == nth:
-        os.kill(os.getpid(), signal.SIGKILL)
+        stop = os.environ.get(SIGNAL_ENV, "").upper() in ("STOP", "SIGSTOP")
+        os.kill(os.getpid(), signal.SIGSTOP if stop else signal.SIGKILL)
