@@ -36,6 +36,7 @@ DEFAULT_POINTER_OVER = 1000
 # soft: the least text a cut item shows when the cap cannot hold its header and note.
 SOFT_FLOOR = 16
 _WS = re.compile(r"\s+")
+_BARE_ROW = re.compile(r"\n[ \t]*-?[ \t]*$")
 _FENCE = re.compile(r"`{3,}")
 
 
@@ -310,6 +311,8 @@ def _fit(
             cut = compacted
     while True:
         cut = counter.truncate(cut, room) if counter.count(cut) > room else cut
+        if c.kind in ("experience", "facet"):
+            cut = _BARE_ROW.sub("", cut)  # a row cut before its first word: only its dash
         shown = counter.count(cut)
         block = render_item(c, cut, note(shown))
         tokens = counter.count(block)
