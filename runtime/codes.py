@@ -1037,6 +1037,92 @@ _CODES: list[Code] = [
         "defaults are honoured, but prompts, settings and models are not frozen by it.",
         "`runtime lock FILE --upgrade` writes the new format from it.",
     ),
+    # --- runtime serve (issue 33) -------------------------------------------------
+    Code(
+        "SERVE_BAD_REQUEST",
+        "usage",
+        "A request to `runtime serve` is not what the route takes: not JSON, not an object, a "
+        "field missing or of the wrong type (HTTP 400). The message names the field.",
+        "Send the body docs/serve.md shows for the route (the OpenAPI document: /openapi.json).",
+    ),
+    Code(
+        "SERVE_BODY_TOO_LARGE",
+        "usage",
+        "A request body is over the server's limit (`runtime serve --max-body-bytes`; HTTP 413).",
+        "Send less (a shorter history), or start the server with a larger limit.",
+    ),
+    Code(
+        "SERVE_BUSY",
+        "run",
+        "Every run slot of the server is taken (`runtime serve --max-runs`; HTTP 429 with "
+        "Retry-After).",
+        "Retry after the number of seconds in the Retry-After header.",
+    ),
+    Code(
+        "SERVE_DEADLINE",
+        "run",
+        "A run took longer than the server's per-run deadline (`runtime serve --deadline`); "
+        "it was cancelled (HTTP 504).",
+        "Ask something narrower, or start the server with a longer --deadline.",
+    ),
+    Code(
+        "SERVE_UNKNOWN_MODEL",
+        "usage",
+        "A chat completion or run names a pipeline the server does not serve (HTTP 404); the "
+        "message lists the served ones and the closest name.",
+        "Use a name from GET /v1/models.",
+    ),
+    Code(
+        "SERVE_NOT_FOUND",
+        "usage",
+        "No route of the server matches the request's path and method (HTTP 404 or 405).",
+        "See the OpenAPI document at /openapi.json.",
+    ),
+    Code(
+        "SERVE_NOT_RUNNING",
+        "run",
+        "POST /runs/{id}/cancel names a run this server has not got going (it has ended, or "
+        "another process runs it; HTTP 409). The body gives the run's status.",
+        "Nothing to cancel; a run of another process is cancelled there.",
+    ),
+    Code(
+        "SERVE_INTERNAL",
+        "run",
+        "The server hit an error of its own while answering (a bug; HTTP 500). The response "
+        "names the exception's type only; the server's log has the traceback.",
+        "Report it with the server's log.",
+    ),
+    Code(
+        "SERVE_UNAUTHORIZED",
+        "usage",
+        "A request to a server bound to an address other than loopback carries no bearer "
+        "token, or not one the server knows (HTTP 401).",
+        "Send `Authorization: Bearer TOKEN` with a token from the server's token file or "
+        "$RUNTIME_SERVE_TOKEN.",
+    ),
+    Code(
+        "SERVE_TOKEN_MISSING",
+        "usage",
+        "`runtime serve` was asked to bind an address other than loopback without a bearer "
+        "token ($RUNTIME_SERVE_TOKEN or --token-file), or the token file cannot be read or is "
+        "empty. The server does not start.",
+        "Set $RUNTIME_SERVE_TOKEN or pass --token-file FILE (lines `NAME TOKEN`), or bind "
+        "127.0.0.1.",
+    ),
+    Code(
+        "SERVE_SUBJECT_IN_BODY",
+        "usage",
+        "A request body names a `subject`: a run's subject comes only from the server's "
+        "mapping of authenticated callers (--subjects), never from the request (HTTP 400).",
+        "Leave `subject` out; map the caller's token name to a subject in the --subjects file.",
+    ),
+    Code(
+        "SERVE_SUBJECTS_INVALID",
+        "usage",
+        "The --subjects file of `runtime serve` is not a JSON object mapping token names to "
+        "subjects, or names a token the server does not have. The server does not start.",
+        'Write {"TOKEN_NAME": {"id": ..., "roles": [...]}} (docs/serve.md).',
+    ),
 ]
 
 CODES: dict[str, Code] = {c.name: c for c in _CODES}

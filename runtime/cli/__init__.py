@@ -44,6 +44,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "resume",
         "Resume a crashed or failed run from its last checkpoint.",
     ),
+    "serve": (
+        "runtime.cli.serve",
+        "serve",
+        "Serve pipelines over HTTP: OpenAI-compatible chat, a runs API, the run inspector.",
+    ),
     "runs": ("runtime.cli.runs", "runs", "List runs in the run store."),
     "submit": (
         "runtime.cli.worker",
