@@ -15,6 +15,7 @@ snapshot the scope does not admit is never returned, counted, nor part of the st
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import re
@@ -88,6 +89,19 @@ def is_url(location: str | None) -> bool:
     return bool(location) and str(location).startswith(("postgresql://", "postgres://"))
 
 
+# A term longer than this (a base64 blob, a minified line) is stored as a digest of itself:
+# a B-tree key holds at most about 2,700 bytes. Queries map their terms the same way, so
+# matching stays exact.
+LONG_TERM = 256
+
+
+def stored_term(term: str) -> str:
+    """The term as node_terms holds it."""
+    if len(term.encode()) <= LONG_TERM:
+        return term
+    return "zzh" + hashlib.sha256(term.encode()).hexdigest()
+
+
 class Terms:
     """FTS5's tokenizer, in memory: the terms SQLite's index stores for the same text."""
 
@@ -110,9 +124,10 @@ class Terms:
                 [(i + 1, *t) for i, t in enumerate(texts)],
             )
             out: list[tuple[dict[str, tuple[int, int]], int]] = [({}, 0) for _ in texts]
-            for term, doc, col, n in db.execute(
+            for raw, doc, col, n in db.execute(
                 "SELECT term, doc, col, count(*) FROM v GROUP BY term, doc, col"
             ):
+                term = stored_term(raw)
                 terms, length = out[doc - 1]
                 out[doc - 1] = (terms, length + n)
                 if col == "meta":
@@ -128,7 +143,9 @@ class Terms:
             self.db.execute(
                 "INSERT INTO t (rowid, name, body, meta) VALUES (1, '', ?, '')", (text,)
             )
-            found = [r[0] for r in self.db.execute("SELECT term FROM v ORDER BY offset")]
+            found = [
+                stored_term(r[0]) for r in self.db.execute("SELECT term FROM v ORDER BY offset")
+            ]
             self.db.execute("DELETE FROM t")
         return list(dict.fromkeys(found))
 
@@ -467,7 +484,10 @@ class PostgresNodeStore(SearchPasses):
     def _scored(self, rows: list[Any], phrases: list[list[str]], scope: Scope) -> dict[int, float]:
         """rowid -> FTS5's BM25 (positive) of each row, over the scope's visible nodes."""
         self._stats()  # a write since drops the per-scope figures below
-        key = (scope.repository, scope.snapshot, tuple(sorted(scope.allowed_labels or ())))
+        # The statistics are those of every node the caller's labels admit (FTS5 counts the
+        # whole index; here a denied node weighs nothing), in any repository or snapshot.
+        scope = Scope(allowed_labels=scope.allowed_labels)
+        key = tuple(sorted(scope.allowed_labels or ()))
         scoped: dict[Any, Any] = self._local.scoped
         if key not in scoped:
             where, args = self._scope_sql(scope)

@@ -217,3 +217,36 @@ def test_the_terms_are_fts5s_own(tmp_path: Path):
     assert found == {"basketservic": (1, 0), "basket": (1, 0), "order": (0, 2)}
     assert length == 5
     assert terms().query("How are Orders placed?") == ["how", "ar", "order", "place"]
+
+
+@pg
+def test_a_term_too_long_for_a_btree_key_is_stored_and_found(pg_url):
+    """A 5,000-character token (a base64 blob in a file) is indexed and matched exactly."""
+    from runtime.retrieval.node import Node
+    from runtime.retrieval.nodestore import node_row
+    from runtime.retrieval.pgindex import PostgresNodeStore
+
+    blob = "QUJD" * 1250
+    store = PostgresNodeStore(pg_url, create=True)
+    store.put_rows(
+        [
+            node_row(Node("r::s::file::a", "r", "s", "file", "a", "a", "a.txt", "text", text=blob)),
+            node_row(
+                Node(
+                    "r::s::file::b",
+                    "r",
+                    "s",
+                    "file",
+                    "b",
+                    "b",
+                    "b.txt",
+                    "text",
+                    text=blob[:-4] + "QUJE",
+                )
+            ),
+        ]
+    )
+    assert [h["id"] for h in store.search(blob, scope=Scope("r", "s"), top_k=5)] == [
+        "r::s::file::a"
+    ]
+    store.close()
