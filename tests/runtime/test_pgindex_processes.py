@@ -1,6 +1,6 @@
 """A 50k-node index on Postgres searched from 8 processes at once (issue 34).
 
-Each process searches the same 40 queries and writes what it got; every process must get
+Each process searches the same 12 queries and writes what it got; every process must get
 exactly the ranking one process alone got first, with no error.
 """
 
@@ -72,7 +72,7 @@ def build(url: str, n: int) -> list[str]:
             batch = []
     store.put_rows(batch)
     store.close()
-    return [" ".join(words(rng.randint(2, 4))) for _ in range(40)]
+    return [" ".join(words(rng.randint(2, 4))) for _ in range(12)]
 
 
 def test_eight_processes_search_a_50k_index_at_once(pg_url):
@@ -84,7 +84,7 @@ def test_eight_processes_search_a_50k_index_at_once(pg_url):
         [h["id"] for h in alone.search(q, scope=Scope("big", "main"), top_k=8)] for q in queries
     ]
     alone.close()
-    assert sum(map(len, want)) > 200  # the queries find things
+    assert sum(map(len, want)) > 60  # the queries find things
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", CHILD, pg_url, json.dumps(queries)],
