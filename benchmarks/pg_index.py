@@ -83,8 +83,10 @@ def golden(args: argparse.Namespace, server: PostgresServer) -> None:
         url = server.create_database(f"pg_{name}")
         t0 = time.perf_counter()
         report = copy_index(store.path, url)
-        print(f"copied {name}: {sum(t.rows for t in report.tables)} rows in "
-              f"{time.perf_counter() - t0:.1f} s, verified")
+        print(
+            f"copied {name}: {sum(t.rows for t in report.tables)} rows in "
+            f"{time.perf_counter() - t0:.1f} s, verified"
+        )
     backends["postgres"] = (open_index(server.url("pg_sample")), open_index(server.url("pg_real")))
     sample_q = json.loads((ROOT / "tests/data/retrieval/questions.json").read_text())
     print("| golden set | questions | search | SQLite recall@5 | Postgres recall@5 |")
@@ -94,12 +96,23 @@ def golden(args: argparse.Namespace, server: PostgresServer) -> None:
         for backend, (s, _) in backends.items():
             found[backend] = sum(
                 bool(
-                    {h["id"] for h in s.search(q["q"], scope=Scope("eshop", "main", ("confidential",)), top_k=5, search_type=kind, embedder=embedder)}
+                    {
+                        h["id"]
+                        for h in s.search(
+                            q["q"],
+                            scope=Scope("eshop", "main", ("confidential",)),
+                            top_k=5,
+                            search_type=kind,
+                            embedder=embedder,
+                        )
+                    }
                     & set(q["expect"])
                 )
                 for q in sample_q
             )
-        print(f"| eshop sample (tests/data/retrieval) | {len(sample_q)} | {kind} | {found['sqlite']} | {found['postgres']} |")
+        print(
+            f"| eshop sample (tests/data/retrieval) | {len(sample_q)} | {kind} | {found['sqlite']} | {found['postgres']} |"
+        )
         for name in SETS:
             qs = json.loads((GOLDEN / f"{name}.json").read_text())
             got: dict[str, int] = {}
@@ -108,7 +121,9 @@ def golden(args: argparse.Namespace, server: PostgresServer) -> None:
                 got[backend] = 0
                 for q in qs:
                     expected = expected_ids(real, q["repo"], q["expect"])
-                    hits = r.search(q["q"], scope=Scope(q["repo"]), top_k=5, search_type=kind, embedder=embedder)
+                    hits = r.search(
+                        q["q"], scope=Scope(q["repo"]), top_k=5, search_type=kind, embedder=embedder
+                    )
                     if found_at(hits, expected):
                         got[backend] += 1
                     else:
@@ -153,10 +168,24 @@ def latency(args: argparse.Namespace, server: PostgresServer) -> None:
                         f"public class {name} {{ public Task Handle{c}Async(int id) "
                         f"{{ return _{a.lower()}Repository.Load{b}(id); }} }} // {' '.join(words(30))}"
                     )
-                    nodes.append(Node(f"big::main::class::{name}", "big", "main", "class", name,
-                                      name, f"src/f{f}.cs", "dotnet", 1, 3, text))
-                store.replace_file("big", "main", f"src/f{f}.cs", str(f), nodes,
-                                   {"symbols": [], "deps": []})
+                    nodes.append(
+                        Node(
+                            f"big::main::class::{name}",
+                            "big",
+                            "main",
+                            "class",
+                            name,
+                            name,
+                            f"src/f{f}.cs",
+                            "dotnet",
+                            1,
+                            3,
+                            text,
+                        )
+                    )
+                store.replace_file(
+                    "big", "main", f"src/f{f}.cs", str(f), nodes, {"symbols": [], "deps": []}
+                )
         store.optimize()
         print(f"built SQLite {args.nodes} nodes in {time.perf_counter() - t0:.0f} s")
     rng = random.Random(2)
@@ -180,7 +209,9 @@ def latency(args: argparse.Namespace, server: PostgresServer) -> None:
             s.search(q, scope=scope, top_k=8)
             times.append((time.perf_counter() - t0) * 1000)
         times.sort()
-        print(f"| {args.nodes} | {name} | {statistics.median(times):.1f} | {times[int(len(times) * 0.95)]:.1f} |")
+        print(
+            f"| {args.nodes} | {name} | {statistics.median(times):.1f} | {times[int(len(times) * 0.95)]:.1f} |"
+        )
 
 
 def main() -> None:
