@@ -331,3 +331,28 @@ def test_a_waiting_client_that_disconnects_cancels_its_run(tmp_path, path, body)
             )
             assert Nap.entered.wait(10)  # the run is going; no response yet
         _cancelled_by_disconnect(url)
+
+
+def test_the_answer_streams_from_the_model_step(tmp_path, monkeypatch):
+    from chat_support import Server
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    upstream = Server(["The answer [eshop::main::table::dbo.OrderLines]", "second reply"])
+    try:
+        app = build(tmp_path, model=f"openai:m@{upstream.url}")
+        with serving(app) as url:
+            stream = client(url).chat.completions.create(
+                model="chat", messages=[{"role": "user", "content": "who writes it?"}], stream=True
+            )
+            chunks = list(stream)
+            pieces = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
+            # the model's streamed delta is passed on once, not again at the end
+            assert pieces == ["The answer [eshop::main::table::dbo.OrderLines]"]
+            assert upstream.bodies[0]["stream"] is True
+            assert "Question: who writes it?" in json.dumps(upstream.bodies[0]["messages"])
+            reply = client(url).chat.completions.create(
+                model="chat", messages=[{"role": "user", "content": "again"}]
+            )
+            assert reply.choices[0].message.content == "second reply"
+    finally:
+        upstream.close()
