@@ -3,7 +3,7 @@
     python benchmarks/inspector_pages.py
 
 Times `GET /inspect/runs/ID` and `GET /` over HTTP from a uvicorn server on 127.0.0.1 (the
-reader is the tests' stand-in over a SQLite run store), for a real code_qa run of the
+reader is the server's RunsService over a SQLite run store), for a real code_qa run of the
 sample (12 steps, 3 model calls, 3 context packs) and for the page builder alone on a
 synthetic run of 2,000 steps and 500 model calls of 8 kB prompts. Medians of 20.
 """

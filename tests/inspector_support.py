@@ -1,4 +1,4 @@
-"""Runs for the inspector's tests, a runs reader over their store, and a live server.
+"""Runs for the inspector's tests, the server's RunsService over their store, a live server.
 
 `make_runs` runs pipelines/code_qa.yaml on the indexed sample three times: with the offline
 extractive model (packs, drops, a cited answer); against a scripted chat server whose
@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from runtime.serve.runs import RunsService
+
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = str(ROOT / "pipelines" / "code_qa.yaml")
 SAMPLE = str(ROOT / "pipelines" / "sample" / "eshop")
@@ -29,50 +31,15 @@ HOSTILE = (
 HOSTILE_REPLY = f"The answer is {HOSTILE} [eshop::main::procedure::dbo.usp_PlaceOrder]"
 
 
-class StoreRuns:
-    """A stand-in runs reader over a SQLite run store (the server's RunsService in tests)."""
+class StoreRuns(RunsService):
+    """The server's RunsService over a SQLite run store at a path (code_qa served)."""
 
     def __init__(self, store_path: str, reports: dict[str, Any] | None = None) -> None:
         from runtime.engine.store import SqliteRunStore
 
-        self.store = SqliteRunStore(store_path, create=False)
-        self.reports = reports or {}  # name -> a report.json's content
-
-    def list_runs(
-        self, *, pipeline: str | None = None, status: str | None = None, limit: int = 50
-    ) -> list[dict[str, Any]]:
-        return self.store.runs(limit, status=status, pipeline=pipeline)
-
-    def get_run(self, run_id: str) -> dict[str, Any]:
-        loaded = self.store.load(run_id)  # RUN_NOT_FOUND for an unknown id
-        row = next(r for r in self.store.runs(10_000) if r["run_id"] == run_id)
-        return {
-            **row,
-            "inputs": loaded["inputs"],
-            "output": loaded["variables"].get("final_answer"),
-        }
-
-    def trace(self, run_id: str) -> list[dict[str, Any]]:
-        return self.store.events(run_id)
-
-    def packs(self, run_id: str) -> list[dict[str, Any]]:
-        return self.store.packs(run_id)
-
-    def graph(self, run_id: str) -> dict[str, Any] | None:
-        from runtime.contract.registry import default_registry
-        from runtime.format.validation import load_pipeline
-        from runtime.serve.inspector import graph_data
-
-        pipeline = load_pipeline(self.store.run_file(run_id), for_execution=False)
-        return graph_data(pipeline, default_registry())
-
-    def eval_reports(self, run_id: str) -> list[dict[str, Any]]:
-        from runtime.serve.inspector import eval_entries
-
-        return [e for name, r in self.reports.items() for e in eval_entries(r, name, run_id)]
-
-    def pipelines(self) -> list[str]:
-        return sorted({str(r["pipeline"]) for r in self.store.runs(10_000)})
+        super().__init__(
+            SqliteRunStore(store_path, create=False), served=["code_qa"], reports=reports
+        )
 
 
 def make_runs(tmp: Path) -> str:
