@@ -243,12 +243,22 @@ def submit(
     *,
     store: str | None = None,
     run_id: str | None = None,
+    model: str | None = None,
+    index: str | None = None,
+    subject: Mapping[str, Any] | None = None,
 ) -> str:
-    """Queue a run for the workers of a Postgres store (default $RUNTIME_STORE); its run id."""
+    """Queue a run for the workers of a Postgres store (default $RUNTIME_STORE); its run id.
+
+    model, index: what a worker runs it with (as `runtime exec --model/--index`); subject:
+    who it answers (docs/access.md)."""
     from runtime.engine import workers
+    from runtime.engine.interpreter import with_subject
     from runtime.engine.store import default_path
 
-    return workers.submit(store or default_path(), pipeline_file, dict(inputs or {}), run_id)
+    given = dict(with_subject(inputs, subject) or {})
+    return workers.submit(
+        store or default_path(), pipeline_file, given, run_id, model=model, index=index
+    )
 
 
 def wait(run_id: str, *, store: str | None = None, timeout: float | None = None) -> dict[str, Any]:

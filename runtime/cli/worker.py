@@ -24,6 +24,19 @@ from runtime.cli._common import handle_errors
 )
 @click.option("--store", help="The Postgres run store (default $RUNTIME_STORE): postgresql://...")
 @click.option("--run-id", help="Id for the new run (default random).")
+@click.option(
+    "--model",
+    "model_spec",
+    help="Model the worker runs it with: extractive, replay:FILE, openai:MODEL[@URL] or a "
+    "settings.models name (as runtime exec --model).",
+)
+@click.option("--index", "index_path", help="Node index the worker runs it against.")
+@click.option(
+    "--subject",
+    "subject_text",
+    metavar="JSON|@FILE",
+    help="Who the run answers (tenant, roles, clearance); recorded with it (docs/access.md).",
+)
 @handle_errors
 def submit(
     pipeline: str,
@@ -31,6 +44,9 @@ def submit(
     inputs_file: str | None,
     store: str | None,
     run_id: str | None,
+    model_spec: str | None = None,
+    index_path: str | None = None,
+    subject_text: str | None = None,
 ) -> None:
     """Queue a run of PIPELINE for the workers of a Postgres store; print its run id.
 
@@ -46,8 +62,24 @@ def submit(
 
     loaded = _load_or_exit(pipeline)
     inputs = parse_inputs(input_pairs, inputs_file, loaded.inputs)
+    if subject_text is not None:
+        from runtime.engine.interpreter import with_subject
+        from runtime.governance.subject import read_subject_option
+
+        inputs = dict(with_subject(inputs, read_subject_option(subject_text)) or {})
     apply_inputs(loaded, inputs)  # missing, unknown or mistyped: exit 2, nothing queued
-    click.echo(workers.submit(store or default_path(), pipeline, inputs, run_id))
+    if model_spec is not None:  # a bad --model is refused here, not by a worker later
+        from runtime.cli.run import _check_model
+        from runtime.engine.services import Services
+
+        _check_model(
+            Services(settings=loaded.settings, model_spec=model_spec, base_dir=str(loaded.base_dir))
+        )
+    click.echo(
+        workers.submit(
+            store or default_path(), pipeline, inputs, run_id, model=model_spec, index=index_path
+        )
+    )
 
 
 @click.command()

@@ -136,12 +136,19 @@ def _pg002_workers(db: Any) -> None:
     )
 
 
+def _pg003_submission_options(db: Any) -> None:
+    """What a queued run is executed with besides its inputs: the --model and --index given
+    to `runtime submit` (a worker uses them, as `runtime exec` would)."""
+    db.execute("ALTER TABLE run_submissions ADD COLUMN options text NOT NULL DEFAULT '{}'")
+
+
 # Ordered and named like the SQLite store's MIGRATIONS; append, never edit. A SQLite
 # migration that adds or changes a table needs its counterpart here (the schema test fails
 # until it has one).
 MIGRATIONS: list[tuple[str, Callable[[Any], None]]] = [
     ("pg001_run_store", _pg001_run_store),
     ("pg002_workers", _pg002_workers),
+    ("pg003_submission_options", _pg003_submission_options),
 ]
 # Tables only the Postgres store has (workers).
 POSTGRES_ONLY = ("run_submissions", "run_leases")
@@ -436,7 +443,12 @@ class PostgresRunStore(SqliteRunStore):
     def _check_fence(self, conn: Any) -> None:
         """In a write transaction of a leased run: refuse it unless the lease is still ours."""
         run_id = getattr(self._local, "run", None)
-        epoch = self._fences.get(run_id) if run_id is not None else None
+        if run_id is None:
+            return
+        # A map or parallel branch (`<run>.<step>.<key>`) is written under its run's lease.
+        if run_id not in self._fences:
+            run_id = run_id.split(".", 1)[0]
+        epoch = self._fences.get(run_id)
         if epoch is None:
             return
         # FOR SHARE: a worker taking the lease over waits for this transaction, and this
@@ -611,8 +623,16 @@ class PostgresRunStore(SqliteRunStore):
         return out[:limit]
 
     # --- submissions (workers) ----------------------------------------------------------
-    def submit_run(self, run_id: str, pipeline: str, file: str, inputs: dict[str, Any]) -> None:
-        """Record a run queued for a worker (listed `queued` until a worker starts it)."""
+    def submit_run(
+        self,
+        run_id: str,
+        pipeline: str,
+        file: str,
+        inputs: dict[str, Any],
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a run queued for a worker (listed `queued` until a worker starts it);
+        options: its --model and --index."""
         import json
 
         def fn(db: _Conn) -> None:
@@ -624,8 +644,16 @@ class PostgresRunStore(SqliteRunStore):
             if taken:
                 raise StoreError(f"run id {run_id!r} already exists")
             db.execute(
-                "INSERT INTO run_submissions VALUES (?, ?, ?, ?, ?)",
-                (run_id, pipeline, file, json.dumps(inputs), time.time()),
+                "INSERT INTO run_submissions (run_id, pipeline, file, inputs, submitted_at,"
+                " options) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    pipeline,
+                    file,
+                    json.dumps(inputs),
+                    time.time(),
+                    json.dumps(options or {}),
+                ),
             )
 
         self._tx(fn)
@@ -637,13 +665,19 @@ class PostgresRunStore(SqliteRunStore):
         row = (
             self._conn()
             .execute(
-                "SELECT pipeline, file, inputs FROM run_submissions WHERE run_id = ?", (run_id,)
+                "SELECT pipeline, file, inputs, options FROM run_submissions WHERE run_id = ?",
+                (run_id,),
             )
             .fetchone()
         )
         if row is None:
             return None
-        return {"pipeline": row[0], "file": row[1], "inputs": json.loads(row[2])}
+        return {
+            "pipeline": row[0],
+            "file": row[1],
+            "inputs": json.loads(row[2]),
+            "options": json.loads(row[3]),
+        }
 
     def verify_ledger(self, run_id: str, key: bytes | None) -> _ledger.Report:
         """Recompute a run's provenance ledger from its stored rows, text read as bytes."""

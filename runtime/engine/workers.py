@@ -95,8 +95,19 @@ def _store(url: str) -> Any:
     return _STORES[url]
 
 
-def submit(url: str, pipeline_file: str, inputs: dict[str, Any], run_id: str | None = None) -> str:
-    """Queue a run of a pipeline file for the workers of a Postgres store; its run id."""
+def submit(
+    url: str,
+    pipeline_file: str,
+    inputs: dict[str, Any],
+    run_id: str | None = None,
+    *,
+    model: str | None = None,
+    index: str | None = None,
+) -> str:
+    """Queue a run of a pipeline file for the workers of a Postgres store; its run id.
+
+    model, index: what the run is executed with (as `runtime exec --model/--index`); the
+    subject, if any, is among the inputs (`subject`)."""
     from runtime.engine import pgstore
     from runtime.format.validation import load_pipeline
 
@@ -108,7 +119,8 @@ def submit(url: str, pipeline_file: str, inputs: dict[str, Any], run_id: str | N
     run_id = run_id or uuid.uuid4().hex[:12]
     store = _store(url)
     ensure_queue(url)
-    store.submit_run(run_id, pipeline.name, os.path.abspath(pipeline_file), inputs)
+    options = {k: v for k, v in (("model", model), ("index", index)) if v is not None}
+    store.submit_run(run_id, pipeline.name, os.path.abspath(pipeline_file), inputs, options)
     app = app_for(url)
     with app.open():
         app.tasks[TASK].defer(run_id=run_id)
@@ -126,8 +138,17 @@ def execute(url: str, run_id: str, worker: str) -> str:
         raise RunError(f"no queued run {run_id!r} in {store.path}", code="RUN_NOT_FOUND")
     store.take_lease(run_id, worker)
     try:
+        from runtime.engine.services import Services
+
         pipeline = load_pipeline(queued["file"])
-        engine = Engine(pipeline, store=store)
+        options = queued.get("options") or {}
+        services = Services(
+            settings=pipeline.settings,
+            index_path=options.get("index"),
+            model_spec=options.get("model"),
+            base_dir=str(pipeline.base_dir),
+        )
+        engine = Engine(pipeline, services=services, store=store)
         try:
             status = store.load(run_id)["status"]
         except RunError as exc:

@@ -87,9 +87,12 @@ def _dump(location: str) -> dict[str, Any]:
 def test_migrate_creates_and_then_finds_nothing_to_do(runner, pg_url, tmp_path):
     first = runner.invoke(cli, ["store", "migrate", pg_url])
     assert first.exit_code == 0, first.stderr
-    assert "applied 2 migration(s): pg001_run_store, pg002_workers" in first.output
+    assert (
+        "applied 3 migration(s): pg001_run_store, pg002_workers, pg003_submission_options"
+        in first.output
+    )
     again = runner.invoke(cli, ["store", "migrate", pg_url])
-    assert again.exit_code == 0 and "up to date (2 migrations)" in again.output
+    assert again.exit_code == 0 and "up to date (3 migrations)" in again.output
     db = str(tmp_path / "new.db")
     made = runner.invoke(cli, ["store", "migrate", db])
     assert made.exit_code == 0 and "m015_subjects" in made.output

@@ -371,3 +371,22 @@ def test_a_write_under_a_lease_taken_over_is_refused_and_changes_nothing(pg_url)
     assert resumed.status == "completed"
     second.drop_lease("k")
     assert second.verify_ledger("k", None).ok
+
+
+def test_a_branch_run_is_written_under_its_runs_lease(pg_url):
+    # a map's branches (<run>.<step>.<key>) share the parent's store: a worker paused past
+    # the parent's lease must not be able to write them either
+    first, second = open_run_store(pg_url), open_run_store(pg_url)
+    assert first.take_lease("k", "w1") == 1
+    Engine(PIPELINE, registry=REG, store=first).run({}, run_id="k.each.0", max_steps=5)
+    assert second.take_lease("k", "w2") == 2
+    with pytest.raises(StoreError) as info:
+        Engine(PIPELINE, registry=REG, store=first).run({}, run_id="k.each.1", max_steps=5)
+    assert info.value.code == "STORE_LEASE_LOST"
+    with pytest.raises(StoreError) as info:
+        first.set_status("k.each.0", "running")
+    assert info.value.code == "STORE_LEASE_LOST"
+    # another run whose id merely starts alike is not fenced by k's lease
+    Engine(PIPELINE, registry=REG, store=first).run({}, run_id="kx.each.0", max_steps=5)
+    second.drop_lease("k")
+    first.drop_lease("k")

@@ -250,3 +250,35 @@ def test_fifty_runs_over_four_workers_two_killed_complete_exactly_once(pg_url, t
         resumed += types.count("RUN_RESUMED")
         assert store.verify_ledger(run_id, None).ok
     assert resumed >= 2  # each killed worker left at least one run to resume
+
+
+def test_a_submitted_runs_model_index_and_subject_are_what_the_worker_runs_with(pg_url, tmp_path):
+    pipe = _pipeline(tmp_path)
+    index = tmp_path / "other-index.db"
+    subject = '{"tenant": "acme", "clearance": ["public"]}'
+    args = ["--model", "extractive", "--index", str(index), "--subject", subject]
+    done = subprocess.run(
+        [RUNTIME, "submit", pipe, "--store", pg_url, *args], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.strip()
+    assert workers.execute(pg_url, run_id, "w-test") == "completed"
+    store = open_run_store(pg_url)
+    choices = store.choices(run_id)
+    assert choices["model"] == "extractive"
+    assert str(index) in json.dumps(choices["index"])
+    [started] = [e for e in store.events(run_id) if e["type"] == "RUN_STARTED"]
+    assert started["subject"]["tenant"] == "acme"
+
+
+def test_a_bad_model_is_refused_at_submit_and_nothing_is_queued(pg_url, tmp_path):
+    pipe = _pipeline(tmp_path)
+    open_run_store(pg_url)  # (the store exists: `runtime runs` lists nothing, not no store)
+    done = subprocess.run(
+        [RUNTIME, "submit", pipe, "--store", pg_url, "--model", "nonsense:x"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "--model" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert _runs(pg_url) == {}
