@@ -482,9 +482,9 @@ class PostgresNodeStore(SearchPasses):
         """(SQL selecting the matching visible nodes' rowid, id, path, kind, name, length
         and their terms' counts; its arguments; the phrases, each its terms; the terms)."""
         tree = _parse(match)
-        phrases: list[list[str]] = []
+        phrases: list[Any] = []
         having, hargs = _having(tree, phrases, None)
-        words = sorted({t for p in phrases for t in p})
+        words = sorted({t for p, _ in phrases for t in p})
         where, args = self._scope_sql(scope) if scope is not None else ("TRUE", [])
         fsql, fargs = self._filter_sql(filters)
         sql = (
@@ -514,34 +514,41 @@ class PostgresNodeStore(SearchPasses):
             )
             scoped[key] = (int(total), float(avgdl), {})
         total, avgdl, dfs = scoped[key]
-        wanted = [tuple(p) for p in phrases if tuple(p) not in dfs]
+        # A phrase under a column filter counts the nodes holding it in that column (FTS5's).
+        wanted = [(tuple(p), c) for p, c in phrases if (tuple(p), c) not in dfs]
         if wanted:
             where, args = self._scope_sql(scope)
-            for wanted_phrase in dict.fromkeys(wanted):
-                dfs[wanted_phrase] = int(
+            for words, col in dict.fromkeys(wanted):
+                cond = {"name": " AND t.name_tf > 0", "body": " AND t.body_tf > 0"}.get(
+                    col or "", ""
+                )
+                dfs[(words, col)] = int(
                     self.conn()
                     .execute(
                         "SELECT count(*) FROM (SELECT t.node FROM node_terms t JOIN nodes n ON"
-                        f" n.rowid = t.node WHERE t.term = ANY(?) AND {where} GROUP BY t.node"
-                        " HAVING count(*) = ?) m",
-                        [list(wanted_phrase), *args, len(set(wanted_phrase))],
+                        f" n.rowid = t.node WHERE t.term = ANY(?){cond} AND {where} GROUP BY"
+                        " t.node HAVING count(*) = ?) m",
+                        [list(words), *args, len(set(words))],
                     )
                     .fetchone()[0]
                 )
         idf = [
-            max(1e-6, math.log((total - dfs[tuple(p)] + 0.5) / (dfs[tuple(p)] + 0.5)))
-            for p in phrases
+            max(1e-6, math.log((total - dfs[(tuple(p), c)] + 0.5) / (dfs[(tuple(p), c)] + 0.5)))
+            for p, c in phrases
         ]
         out: dict[int, float] = {}
         for row in rows:
+            # a phrase under `name :` counts its hits in that column only (as FTS5's)
             counts = {
-                term: WEIGHTS[0] * name_tf + WEIGHTS[1] * body_tf
+                (term, col): (WEIGHTS[0] * name_tf if col != "body" else 0.0)
+                + (WEIGHTS[1] * body_tf if col != "name" else 0.0)
                 for term, name_tf, body_tf in zip(row[6], row[7], row[8], strict=True)
+                for col in (None, "name", "body")
             }
             norm = K1 * (1 - B + B * row[5] / avgdl) if avgdl else K1
             score = 0.0
-            for weight, phrase in zip(idf, phrases, strict=True):
-                f = min(counts.get(t, 0.0) for t in phrase) if phrase else 0.0
+            for weight, (phrase, col) in zip(idf, phrases, strict=True):
+                f = min(counts.get((t, col), 0.0) for t in phrase) if phrase else 0.0
                 if f:
                     score += weight * f * (K1 + 1) / (f + norm)
             out[row[0]] = score
@@ -832,13 +839,13 @@ def _parse(expr: str) -> Any:
     return or_() if tokens else ("or", [])
 
 
-def _having(tree: Any, phrases: list[list[str]], column: str | None) -> tuple[str, list[Any]]:
+def _having(tree: Any, phrases: list[Any], column: str | None) -> tuple[str, list[Any]]:
     """The HAVING condition of a tree over one node's term rows, and its arguments;
     appends each phrase's terms to phrases (its BM25 counts every one, as FTS5's)."""
     kind = tree[0]
     if kind == "phrase":
         words = terms().query(tree[1])
-        phrases.append(words)
+        phrases.append((words, column))
         if not words:
             return "FALSE", []
         cond = {"name": " AND t.name_tf > 0", "body": " AND t.body_tf > 0"}.get(column or "", "")

@@ -250,3 +250,26 @@ def test_a_term_too_long_for_a_btree_key_is_stored_and_found(pg_url):
         "r::s::file::a"
     ]
     store.close()
+
+
+@pg
+@pytest.mark.parametrize(
+    "match",
+    [
+        '"order"',
+        '"basket" AND "service"',
+        '("cancel" OR "payment") AND "order"',
+        'name : ("order" AND "place")',
+    ],
+)
+def test_bm25_is_fts5s_to_the_sixth_decimal(sample_index, pg_url, match):
+    """Where the caller sees every node (FTS5 counts the whole table), each pass's BM25 on
+    Postgres is SQLite's: the same nodes, order and scores."""
+    indexcopy.copy_index(sample_index.path, pg_url)
+    store = open_index(pg_url)
+    want = sample_index._bm25(match, ALL, 25, None)
+    got = store._bm25(match, ALL, 25, None)
+    assert [h["id"] for h in got] == [h["id"] for h in want]
+    assert [h["score"] for h in got] == pytest.approx([h["score"] for h in want], abs=2e-6)
+    assert want
+    store.close()
