@@ -13,7 +13,8 @@ between the two encoders, and how each difference sends a value to `json`:
 - floats under 1e-4 in magnitude (orjson `0.00001`, `1e-7`; json `1e-05`, `1e-07`): the
   output is searched for `0.0000` and for `<digit>e-`;
 - NaN and infinities (orjson `null`, json `NaN`): the output read back must equal the value;
-- non-ASCII text for `sorted_ascii` (orjson writes UTF-8): the output must be ASCII;
+- non-ASCII text for `sorted_ascii` (orjson writes UTF-8): the output must be ASCII, and
+  hold no DEL (json's ASCII form writes `\u007f`, orjson the byte);
 - what orjson refuses (lone surrogates, non-string keys, integers over 64 bits, other
   types) raises, and json decides.
 The two searches and the read-back cost about as much as json itself on long texts, so a
@@ -122,7 +123,9 @@ def sorted_ascii(value: Any) -> bytes:
         except TypeError:
             pass
         else:
-            if out.isascii() and (_flat(value) or _same(out, value, orjson)):
+            # json's ASCII form escapes DEL (\u007f), which orjson writes as is
+            ascii_only = out.isascii() and b"\x7f" not in out
+            if ascii_only and (_flat(value) or _same(out, value, orjson)):
                 return out
     return reference_sorted_ascii(value)
 
