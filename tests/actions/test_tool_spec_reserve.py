@@ -37,6 +37,7 @@ def run(
     policy: dict[str, Any],
     tools: Any = ("search_nodes",),
     summarizable: bool = True,
+    window: int | None = None,
 ) -> Any:
     """One call_model step offering `tools`, the question and three evidence blocks."""
     (tmp_path / "prompts").mkdir(exist_ok=True)
@@ -44,13 +45,22 @@ def run(
     script = tmp_path / "script.yaml"
     script.write_text(yaml.safe_dump({"ask": [{"text": "done"}]}))
     data = {
-        "settings": {"entry_step_id": "ask", "context_policy": policy},
+        "settings": {
+            "entry_step_id": "ask",
+            "context_policy": policy,
+            **(
+                {"models": {"m": {"provider": "extractive", "context_window": window}}}
+                if window
+                else {}
+            ),
+        },
         "steps": [
             {
                 "id": "ask",
                 "action": "call_model",
                 "prompt_key": "sys",
                 "max_output_tokens": 100,
+                **({"model": "m"} if window else {}),
                 **({"tools": list(tools)} if tools else {}),
                 "user_parts": {
                     "q": {"source": "question", "template": "Question: {}"},
@@ -62,9 +72,8 @@ def run(
         ],
     }
     pipeline = Pipeline.from_dict(data, file=str(tmp_path / "p.yaml"))
-    services = Services(
-        settings=pipeline.settings, base_dir=str(tmp_path), model_spec=f"scripted:{script}"
-    )
+    spec = None if window else f"scripted:{script}"  # a spec given wins over the step's
+    services = Services(settings=pipeline.settings, base_dir=str(tmp_path), model_spec=spec)
     inputs = {"question": "What do the steps update?", "context_blocks": BLOCKS}
     return Engine(pipeline, services=services).run(inputs, run_id="spec-run")
 
@@ -124,3 +133,17 @@ def test_without_a_summary_to_make_a_spec_over_is_a_context_overflow_naming_the_
     assert f"{specs} for the tool specs offered" in result.error.message
     # The same messages without the tool fit: the specs alone made the difference.
     assert run(tmp_path, policy, tools=(), summarizable=False).status == "completed"
+
+
+def test_a_dry_run_refuses_messages_that_fit_only_without_the_specs(tmp_path):
+    # The extractive responder with a set window: a dry run sends the prompt as assembled,
+    # and still checks the window, the specs' room included.
+    probe = run(tmp_path, {"enabled": True, "dry_run": True}, window=100_000)
+    assert probe.status == "completed", probe.error
+    prompt = first(probe, "CONTEXT_BUDGET_DECISION")["sent_tokens"]
+    specs = sum(t["tokens"] for t in first(probe, "TOOLS_OFFERED")["tools"])
+    fits = run(tmp_path, {"enabled": True, "dry_run": True}, window=prompt + specs + 100)
+    assert fits.status == "completed", fits.error
+    over = run(tmp_path, {"enabled": True, "dry_run": True}, window=prompt + specs + 99)
+    assert over.status == "failed" and over.error.code == "CONTEXT_OVERFLOW"
+    assert f"+ {specs} of tool specs" in over.error.message
