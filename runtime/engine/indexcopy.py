@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from runtime.engine.storecopy import CopyReport, TableCheck, _canonical
+from runtime.engine.storecopy import CopyReport, TableCheck, _canonical, refuse_mismatch
 from runtime.errors import StoreError
 from runtime.retrieval.node import label_set_token
 
@@ -246,15 +246,7 @@ def copy_index(source: str, target: str) -> CopyReport:
             rows_n, digest = src.digest(table)
             target_rows, target_digest = dst.digest(table)
             report.tables.append(TableCheck(table, rows_n, digest, target_rows, target_digest))
-        bad = [t for t in report.tables if not t.ok]
-        if bad:
-            first = bad[0]
-            raise StoreError(
-                f"store copy: {dst.where}: table {first.table} differs from the source "
-                f"({first.target_rows} rows, sha256 {first.target_sha256[:16]}; the source: "
-                f"{first.rows} rows, {first.sha256[:16]}); nothing was copied",
-                code="STORE_COPY_MISMATCH",
-            )
+        refuse_mismatch(report, dst.where)
         dst.commit()
     except errors as exc:
         raise StoreError(f"store copy: {dst.where}: {exc}; nothing was copied") from exc

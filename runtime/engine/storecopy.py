@@ -223,15 +223,7 @@ def copy_run_store(source: str, target: str) -> CopyReport:
             rows, digest = src.digest(table, columns)
             target_rows, target_digest = dst.digest(table, columns)
             report.tables.append(TableCheck(table, rows, digest, target_rows, target_digest))
-        bad = [t for t in report.tables if not t.ok]
-        if bad:
-            first = bad[0]
-            raise StoreError(
-                f"store copy: {dst.where}: table {first.table} differs from the source "
-                f"({first.target_rows} rows, sha256 {first.target_sha256[:16]}; the source: "
-                f"{first.rows} rows, {first.sha256[:16]}); nothing was copied",
-                code="STORE_COPY_MISMATCH",
-            )
+        refuse_mismatch(report, dst.where)
         dst.commit()
     except errors as exc:
         raise StoreError(f"store copy: {dst.where}: {exc}; nothing was copied") from exc
@@ -239,6 +231,19 @@ def copy_run_store(source: str, target: str) -> CopyReport:
         src.close()
         dst.close()
     return report
+
+
+def refuse_mismatch(report: CopyReport, where: str) -> None:
+    """STORE_COPY_MISMATCH naming the first table whose copy differs from its source."""
+    bad = [t for t in report.tables if not t.ok]
+    if bad:
+        first = bad[0]
+        raise StoreError(
+            f"store copy: {where}: table {first.table} differs from the source "
+            f"({first.target_rows} rows, sha256 {first.target_sha256[:16]}; the source: "
+            f"{first.rows} rows, {first.sha256[:16]}); nothing was copied",
+            code="STORE_COPY_MISMATCH",
+        )
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
