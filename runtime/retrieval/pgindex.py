@@ -21,6 +21,7 @@ import math
 import re
 import sqlite3
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -273,6 +274,9 @@ class PostgresNodeStore(SearchPasses):
             open=True,
             name="step-runtime-index",
         )
+        # Closed when the store is dropped, as the run store's: a pool left to the garbage
+        # collector may be collected on one of its own threads, which cannot join itself.
+        weakref.finalize(self, self._pool.close)
 
     def close(self) -> None:
         """Close the pool."""
