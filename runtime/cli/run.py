@@ -244,7 +244,6 @@ def exec_(
     from runtime.engine.services import Services
     from runtime.engine.state import apply_inputs
     from runtime.engine.stores import open_run_store
-    from runtime.errors import refuse_url
 
     loaded = _load_or_exit(pipeline, locked)
     inputs = parse_inputs(
@@ -260,8 +259,6 @@ def exec_(
 
         inputs = dict(with_subject(inputs, read_subject_option(subject_text)) or {})
     apply_inputs(loaded, inputs)  # missing, unknown or mistyped: exit 2 before a run exists
-    if index_path:
-        refuse_url(index_path, "--index")
     progress = _progress(loaded, as_json, loaded.entry_step_id)
     services = Services(
         settings=loaded.settings,
@@ -328,10 +325,7 @@ def resume(
     from runtime.engine import Engine
     from runtime.engine.services import Services
     from runtime.engine.stores import open_run_store
-    from runtime.errors import refuse_url
 
-    if index_path:
-        refuse_url(index_path, "--index")
     run_store = open_run_store(store, create=False)
     file = run_store.run_file(run_id)
     loaded = _load_or_exit(file)

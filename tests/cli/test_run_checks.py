@@ -288,11 +288,10 @@ URL = "postgresql://admin:s3cret@db.example:5432/runs"
 @pytest.mark.parametrize(
     "args",
     [
-        ["exec", "{dir}/free.yaml", "--index", URL],
         ["index", "{dir}/prompts", "--index", URL],
         ["search", "orders", "--index", URL],
     ],
-    ids=["exec-index", "index", "search"],
+    ids=["index", "search"],
 )
 def test_store_urls_are_refused_and_create_nothing(runner, files, monkeypatch, args):
     monkeypatch.chdir(files)
@@ -307,6 +306,29 @@ def test_store_urls_are_refused_and_create_nothing(runner, files, monkeypatch, a
     )
     assert "s3cret" not in result.stderr
     assert sorted(p.name for p in files.iterdir()) == before
+
+
+def test_a_postgres_index_that_cannot_be_reached_is_coded_and_hides_its_password(runner, tmp_path):
+    # a run searches a Postgres index by URL (docs/retrieval.md); nothing listens here
+    root = Path(__file__).resolve().parents[2]
+    url = "postgresql://admin:s3cret@127.0.0.1:1/index"
+    result = runner.invoke(
+        cli,
+        [
+            "exec",
+            str(root / "pipelines" / "code_qa.yaml"),
+            "--index",
+            url,
+            "--store",
+            str(tmp_path / "r.db"),
+            "--input",
+            "question=Where are orders placed?",
+        ],
+    )
+    assert result.exit_code == 1
+    assert "INDEX_UNAVAILABLE" in result.output
+    assert "s3cret" not in result.output
+    assert "Traceback" not in result.output
 
 
 # --- runs: a header and filters --------------------------------------------------------------

@@ -189,6 +189,24 @@ def test_store_copy_what_index_from_the_cli(sample_index, pg_url):
 
 
 @pg
+def test_exec_answers_from_a_postgres_index_given_by_url(sample_index, pg_url, tmp_path):
+    # what docs/retrieval.md tells a user: copy the index in, then --index the URL
+    import json
+
+    from runtime.cli import cli
+
+    indexcopy.copy_index(sample_index.path, pg_url)
+    root = Path(__file__).resolve().parents[2]
+    question = "question=Which stored procedure writes the OrderLines table?"
+    store = ["--store", str(tmp_path / "r.db")]
+    pipeline = str(root / "pipelines" / "code_qa.yaml")
+    args = ["exec", pipeline, "--index", pg_url, "--json", *store, "--input", question]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "dbo.usp_PlaceOrder" in json.loads(result.stdout)["output"]["final_answer"]
+
+
+@pg
 def test_a_server_that_is_down_or_goes_away_is_coded(sample_index, pg_private_server):
     url = pg_private_server.create_database()
     indexcopy.copy_index(sample_index.path, url)
