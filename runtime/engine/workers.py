@@ -119,12 +119,29 @@ def submit(
     run_id = run_id or uuid.uuid4().hex[:12]
     store = _store(url)
     ensure_queue(url)
+    if index is not None and _has_password(index):
+        raise StoreError(
+            "--index: a URL holding a password would be stored with the queued run; give the "
+            "workers the password instead (PGPASSWORD, ~/.pgpass or $RUNTIME_INDEX)",
+            code="STORE_URL_INVALID",
+        )
     options = {k: v for k, v in (("model", model), ("index", index)) if v is not None}
     store.submit_run(run_id, pipeline.name, os.path.abspath(pipeline_file), inputs, options)
     app = app_for(url)
     with app.open():
         app.tasks[TASK].defer(run_id=run_id)
     return run_id
+
+
+def _has_password(url: str) -> bool:
+    """Whether a database URL carries a password (user:password@, or password= in it)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        return parts.password is not None or "password=" in url.lower()
+    except ValueError:  # a malformed URL is refused where it is opened
+        return False
 
 
 def execute(url: str, run_id: str, worker: str) -> str:

@@ -282,3 +282,17 @@ def test_a_bad_model_is_refused_at_submit_and_nothing_is_queued(pg_url, tmp_path
     assert done.returncode == 2 and "--model" in done.stderr
     assert "Traceback" not in done.stderr
     assert _runs(pg_url) == {}
+
+
+def test_an_index_url_holding_a_password_is_refused_at_submit(pg_url, tmp_path):
+    pipe = _pipeline(tmp_path)
+    open_run_store(pg_url)
+    for index in ("postgresql://u:s3cretpw@127.0.0.1:1/i", "postgresql://u@h/i?password=s3cretpw"):
+        done = subprocess.run(
+            [RUNTIME, "submit", pipe, "--store", pg_url, "--index", index],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 1 and "STORE_URL_INVALID" in done.stderr
+        assert "s3cretpw" not in done.stderr + done.stdout
+    assert _runs(pg_url) == {}
