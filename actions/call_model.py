@@ -312,6 +312,9 @@ class CallModel(Action):
                 PromptSlot(f"user_parts.{name}", part["source"], frame, ("user_parts", name), keep)
             )
         fixed.append("\n\n" * max(0, len(slots) - 1))
+        # The offered tools' specs go with every request (complete_with_tools reserves their
+        # tokens): counted as the run counts them; of a selection, every tool it may pick.
+        fixed.extend(_spec_texts(step.get("tools")))
         if step.get("use_history"):
             unbounded.append("conversation_history")
         model = step.get("model")
@@ -1021,3 +1024,20 @@ def _traced(ctx: StepContext, value: Any) -> Any:
                 ],
             )
     return value
+
+
+def _spec_texts(tools: Any) -> list[str]:
+    """The JSON spec of each tool a `tools:` value may offer, as the run counts them; none
+    for a tool the registry does not know (validate reports it as TOOL_UNKNOWN)."""
+    if not tools:
+        return []
+    from actions import _tools
+
+    texts = []
+    for name, fixed, _path in _tools.entries(tools):
+        try:
+            (offered,) = _tools.resolve([{"name": name, "with": dict(fixed)}])
+        except ModelError:
+            continue
+        texts.append(json.dumps(offered.spec(), sort_keys=True))
+    return texts

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from actions import _tools
 from actions.call_model import EVIDENCE_NOTE, MESSAGE_OVERHEAD
 from runtime.cli import cli
 from runtime.context import fidelity as fid
@@ -73,8 +74,11 @@ def found(path: Path) -> list[tuple[str, str, int, str]]:
     ]
 
 
-# Two messages, the prompt, the template text and the blank lines joining three parts.
-FIXED = 2 * MESSAGE_OVERHEAD + COUNT(PROMPT) + COUNT("Question: ") + COUNT("\n\n" * 2)
+# The offered rehydrate tool's spec goes with every request (issue 29): fixed, as the run
+# counts it.
+SPEC = COUNT(json.dumps(_tools.resolve(["rehydrate"])[0].spec(), sort_keys=True))
+# Two messages, the prompt, the template text, the blank lines joining three parts, the spec.
+FIXED = 2 * MESSAGE_OVERHEAD + COUNT(PROMPT) + COUNT("Question: ") + COUNT("\n\n" * 2) + SPEC
 HARD = FIXED + QUESTION_CHARS * BYTES_PER_CHAR + FRAME + PREAMBLE
 
 

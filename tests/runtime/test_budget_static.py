@@ -306,3 +306,43 @@ def test_a_rehydrated_variable_is_bounded_by_the_steps_max_tokens(tmp_path):
     """
     (part,) = slots(the_envelope(write(tmp_path, body, window=100_000))["ask"])
     assert part.tokens == 300 + FRAME and "keeps it within 300" in part.why
+
+
+def spec_tokens(*names: str) -> int:
+    """The tokens of the named tools' specs, as a step offering them counts them."""
+    import json
+
+    from actions import _tools
+
+    return sum(COUNT(json.dumps(t.spec(), sort_keys=True)) for t in _tools.resolve(list(names)))
+
+
+ASK_WITH_TOOLS = ASK.replace(
+    "  end: true\n", "  tools: [search_nodes, fetch_node_texts]\n  end: true\n"
+)
+
+
+def test_offered_tool_specs_are_part_of_the_fixed_prompt_at_their_exact_tokens(tmp_path):
+    # The specs go with every request (issue 29): a window that holds the prompt but not
+    # the specs can never run, one exactly at prompt + specs can.
+    specs = spec_tokens("search_nodes", "fetch_node_texts")
+    assert specs > 50  # two real specs, not an empty list
+    top = MINIMUM + specs
+    at = the_envelope(write(tmp_path, ASK_WITH_TOOLS, window=top, inputs=", maxLength: 50"))
+    assert at["first"].minimum == top
+    assert [
+        c
+        for c in codes(write(tmp_path, ASK_WITH_TOOLS, window=top, inputs=", maxLength: 50"))
+        if c[0] == "BUDGET_IMPOSSIBLE"
+    ] == []
+    over = write(tmp_path, ASK_WITH_TOOLS, window=top - 1, inputs=", maxLength: 50")
+    assert ("BUDGET_IMPOSSIBLE", "error", 11) in codes(over)
+
+
+def test_a_tool_selection_counts_every_tool_it_may_offer(tmp_path):
+    body = ASK.replace(
+        "  end: true\n",
+        "  tools: {select: auto, max: 1, from: [search_nodes, fetch_node_texts]}\n  end: true\n",
+    )
+    b = the_envelope(write(tmp_path, body, window=10_000, inputs=", maxLength: 50"))["first"]
+    assert b.minimum == MINIMUM + spec_tokens("search_nodes", "fetch_node_texts")
