@@ -18,6 +18,7 @@ from typing import Any
 
 from runtime.engine.storecopy import CopyReport, TableCheck, _canonical, refuse_mismatch
 from runtime.errors import StoreError
+from runtime.net import pgtext
 from runtime.retrieval.node import label_set_token
 
 BATCH = 2000
@@ -88,6 +89,7 @@ class _Side:
 
             store.close()
             self.conn: Any = psycopg.connect(location)
+            pgtext.install(self.conn)  # NUL characters round-trip (runtime/net/pgtext.py)
         else:
             self.conn = sqlite3.connect(location, isolation_level=None)
             self.conn.execute("BEGIN IMMEDIATE")

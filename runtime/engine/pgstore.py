@@ -15,8 +15,8 @@ fsync), `full` with it on (WAL flushed at every commit).
 
 A server that is down or goes away is STORE_UNAVAILABLE, never a traceback; a transaction
 that failed so was rolled back by the server, so the run resumes from its last checkpoint.
-Text with a NUL character cannot be stored in a Postgres text column: such a value is
-STORE_ERROR here, where SQLite stores it.
+Text with a NUL character, which a Postgres text column cannot hold, is escaped on its
+way in and out (runtime/net/pgtext.py), so it round-trips as on SQLite.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from runtime.engine.owner import is_gone
 from runtime.engine.store import DURABILITY, SqliteRunStore, _owner, _RunMemo
 from runtime.errors import RunError, StoreError
 from runtime.governance.ledger import key_from_env
+from runtime.net import pgtext
 
 SCHEMES = ("postgresql://", "postgres://")
 MIGRATIONS_TABLE = "run_store_migrations"
@@ -399,6 +400,7 @@ class PostgresRunStore(SqliteRunStore):
             timeout=self.timeout,
             open=True,
             name="step-runtime-runs",
+            configure=pgtext.install,  # NUL characters round-trip
         )
         # A store dropped without close() closes its pool (an unclosed pool warns when collected).
         weakref.finalize(self, self._pool.close)
@@ -686,7 +688,7 @@ class PostgresRunStore(SqliteRunStore):
 
         class _Raw(Loader):
             def load(self, data: Any) -> bytes:
-                return bytes(data)
+                return pgtext.unescape_bytes(bytes(data))  # the bytes the writer hashed
 
         gone, _, error = _errors()
         try:

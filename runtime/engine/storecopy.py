@@ -22,6 +22,7 @@ from typing import Any
 
 from runtime.engine import pgstore
 from runtime.errors import StoreError
+from runtime.net import pgtext
 
 # What `runtime store copy --what` can copy: name -> "module:function" taking
 # (source, target) and returning a CopyReport. The index's copier is added by its module.
@@ -106,6 +107,7 @@ class _Side:
 
             store.close()
             self.conn: Any = psycopg.connect(location)  # one transaction until commit
+            pgtext.install(self.conn)  # NUL characters round-trip (runtime/net/pgtext.py)
         else:
             store.close()
             self.conn = sqlite3.connect(location, isolation_level=None)

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from runtime.context.tokens import CUT_RULE, digest
 from runtime.errors import StoreError
+from runtime.net import pgtext
 from runtime.retrieval.node import Node, Scope, label_set_token
 from runtime.retrieval.query import kinds_in, name_cover, named_words, query_terms, question_stems
 from runtime.retrieval.search import (
@@ -273,6 +274,7 @@ class PostgresNodeStore(SearchPasses):
             timeout=timeout,
             open=True,
             name="step-runtime-index",
+            configure=pgtext.install,  # NUL characters round-trip
         )
         # Closed when the store is dropped, as the run store's: a pool left to the garbage
         # collector may be collected on one of its own threads, which cannot join itself.

@@ -58,7 +58,8 @@ def _sqlite_store_with_runs(tmp_path: Path, runner: Any) -> str:
     )
     assert done.exit_code == 0, done.output + done.stderr
     store = open_run_store(db)
-    text = "pointer text\n" * 3000
+    # NUL and the escape Postgres text is written with (runtime/net/pgtext.py) round-trip
+    text = "pointer text \x00 \U0010fffd0 \U0010fffde\n" * 3000
     store.put_original("c", "ptr-1", hashlib.sha256(text.encode()).hexdigest(), "text", text)
     store.close()
     return db

@@ -231,3 +231,36 @@ def test_originals_slices_and_packs_read_back_the_same(store_location, mod):
     with pytest.raises(RunError) as info:
         store.create_run("big", mod.PIPELINE, {})
     assert "already exists" in info.value.message
+
+
+# NUL cannot be in a Postgres text value and U+10FFFD is the escape runtime/net/pgtext.py
+# writes it with: both, alone, doubled and next to the escape's own letters, in every kind
+# of text the store keeps, must read back exactly as given, on both backends.
+ODD = "a\x00b \U0010fffd0 \U0010fffde \x00\x00 \U0010fffd\U0010fffd0\x00e end"
+
+
+def test_nul_characters_and_the_escape_round_trip_everywhere(store_location, mod):
+    import hashlib
+
+    store = open_run_store(store_location)
+    inputs = {"question": ODD, ODD: [ODD]}
+    store.create_run("r", mod.PIPELINE, inputs)
+    store.checkpoint(
+        "r",
+        position="t",
+        variables={"v": ODD, "w": {"k": ODD}},
+        engine={"threads": {"th": [{"role": "user", "content": ODD}]}},
+        events=[{"seq": 1, "type": "NOTE", "step_id": "t", "data": {"text": ODD}}],
+        status="running",
+    )
+    text = ODD * 3000  # several chunks, a NUL at chunk edges
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    store.put_original("r", "ptr", sha, "text", text)
+    fresh = open_run_store(store_location)
+    loaded = fresh.load("r")
+    assert loaded["inputs"] == inputs
+    assert loaded["variables"] == {"v": ODD, "w": {"k": ODD}}
+    assert fresh.get_original("r", "ptr") == ("text", text)
+    assert fresh.read_original("r", "ptr", 1000, 31_000) == text[1000:31_000]
+    assert fresh.original_size("r", "ptr") == len(text)
+    assert [e["data"]["text"] for e in fresh.events("r")] == [ODD]
