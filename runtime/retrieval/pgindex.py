@@ -574,11 +574,14 @@ class PostgresNodeStore(SearchPasses):
         rows.sort(key=lambda r: (-scores[r[0]], r[1]))
         return [_hit(i, r[1], scores[r[0]], r[2], r[3], r[4]) for i, r in enumerate(rows[:top_k])]
 
-    def _doc_count(self, stats: _Stats, term: str, cap: int) -> int:
-        """Nodes matching one term expression, counted up to cap + 1 (cached per version)."""
-        found, counted_to = stats.doc_counts.get(term, (-1, -1))
+    def _doc_count(self, stats: _Stats, term: str, cap: int, scope: Scope) -> int:
+        """Nodes matching one term expression among those the scope's labels admit (any
+        repository or snapshot), counted up to cap + 1 (cached per version)."""
+        key = (term, tuple(sorted(set(scope.allowed_labels or ()))))
+        found, counted_to = stats.doc_counts.get(key, (-1, -1))
         if found < 0 or (found > counted_to and cap > counted_to):
-            sql, args, _, words = self._matching(term, None, None)
+            admitted = Scope(allowed_labels=scope.allowed_labels)
+            sql, args, _, words = self._matching(term, admitted, None)
             found = 0
             if words:
                 found = int(
@@ -586,7 +589,7 @@ class PostgresNodeStore(SearchPasses):
                     .execute(f"SELECT count(*) FROM ({sql} LIMIT ?) m", [*args, cap + 1])
                     .fetchone()[0]
                 )
-            stats.doc_counts[term] = (found, cap)
+            stats.doc_counts[key] = (found, cap)
         return int(min(found, cap + 1))
 
     def _named(
@@ -633,7 +636,9 @@ class PostgresNodeStore(SearchPasses):
         if len(found_terms) < SPELLED_MIN:
             return []
         stats = self._stats()
-        counted = sorted((self._doc_count(stats, t, SPELLED_POSTINGS), t) for t in found_terms)
+        counted = sorted(
+            (self._doc_count(stats, t, SPELLED_POSTINGS, scope), t) for t in found_terms
+        )
         kept: list[str] = []
         total = 0
         for df, term in counted:
@@ -657,7 +662,7 @@ class PostgresNodeStore(SearchPasses):
 
     def count_matches(self, query: str, *, scope: Scope, cap: int = 1000) -> int:
         """Visible nodes holding any searched word of query, up to cap + 1."""
-        match = self._selective_any(query)
+        match = self._selective_any(query, scope)
         if not match:
             return 0
         sql, args, _, words = self._matching(match, scope, None)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from runtime.errors import StoreError
+from runtime.retrieval import admitted as adm
 from runtime.retrieval.node import Scope, meta_token
 from runtime.retrieval.query import (
     asked_kinds,
@@ -233,7 +234,15 @@ class _Stats:
     # (token, labels) of every label set the index lists; a set whose labels do not read
     # as a list of strings is left out (its nodes are then matched by no visible set).
     label_sets: tuple[tuple[str, frozenset[str]], ...] = ()
-    doc_counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # (count, cap)
+    # (term, admitted labels or None for every node) -> (count, cap)
+    doc_counts: dict[tuple[str, Any], tuple[int, int]] = field(default_factory=dict)
+    # Figures over the nodes some labels admit (see SearchPasses._admitted, _node_count).
+    admitted: dict[Any, Any] = field(default_factory=dict)
+
+
+def _labels_key(scope: Scope) -> tuple[str, ...]:
+    """The scope's allowed labels as a cache key (what decides which nodes it admits)."""
+    return tuple(sorted(set(scope.allowed_labels or ())))
 
 
 def _sets(tokens: Sequence[str]) -> str:
@@ -425,26 +434,26 @@ class SearchPasses:
             by_kind = {**(filters or {}), "kind": kinds}
             # A kind pass already selects the kind: the word naming it would only add noise.
             words = without_kind_words(query)
-            hits = ranked(self._informative_all(words), by_kind)
+            hits = ranked(self._informative_all(words, scope), by_kind)
             if len(hits) < pool:
                 seen = {h["id"] for h in hits}
-                more = ranked(self._selective_any(words), by_kind)
+                more = ranked(self._selective_any(words, scope), by_kind)
                 hits += [h for h in more if h["id"] not in seen][: pool - len(hits)]
             lists.append(("kind", hits))
-        every = ranked(self._informative_all(query), filters)
+        every = ranked(self._informative_all(query, scope), filters)
         lists.append(("all", every))
         # The looser passes rank many more nodes (most of the search time) and add noise to a
         # ranking the stricter ones already fill: they run only while those found fewer
         # than `gate` nodes. Skipping one leaves out a list, never reorders the others.
         skipped = False
         if gate is None or len(every) < gate:
-            most = self._informative_all(query, missing=1)
+            most = self._informative_all(query, scope, missing=1)
             if most:
                 lists.append(("most", ranked(most, filters)))
         else:
             skipped = True
         if gate is None or len({h["id"] for _, hits in lists for h in hits}) < gate:
-            lists.append(("any", ranked(self._selective_any(query), filters)))
+            lists.append(("any", ranked(self._selective_any(query, scope), filters)))
         else:
             skipped = True
         scores: dict[str, float] = {}
@@ -661,8 +670,12 @@ class SearchPasses:
         # words match. Many same-named nodes (`Id`) are cut to the first 64 by id.
         rows = sorted(rows, key=lambda r: r[1])[:64]
         scores: dict[int, float] = {}
+        acc = self._admitted(scope)
         for r in rows:
             word = "".join(split_identifier(r[4])) or r[4].lower()
+            if acc is not None:  # over the admitted statistics (a row without it: 0.0)
+                scores[r[0]] = self._admitted_scores(acc, f'"{word}"', [r[0]])[r[0]]
+                continue
             found = (
                 self.conn()
                 .execute(
@@ -698,7 +711,7 @@ class SearchPasses:
         # Matching costs time per node holding a word: the words are taken rarest first
         # while their nodes add up to at most SPELLED_POSTINGS (as in _selective_any).
         stats = self._stats()
-        counted = sorted((self._doc_count(stats, t, SPELLED_POSTINGS), t) for t in terms)
+        counted = sorted((self._doc_count(stats, t, SPELLED_POSTINGS, scope), t) for t in terms)
         kept: list[str] = []
         total = 0
         for df, term in counted:
@@ -737,19 +750,20 @@ class SearchPasses:
         # The order is the ranking (scores count down); _tests_down halves test code's.
         return [_hit(i, r[2], float(len(ranked) - i), *r[3:]) for i, r in enumerate(ranked[:limit])]
 
-    def _selective_any(self, query: str) -> str:
+    def _selective_any(self, query: str, scope: Scope) -> str:
         """The any-word expression over the most selective words, within a postings budget.
 
         Ranking costs about a microsecond per matching node, so the words are taken rarest
         first while their nodes add up to at most ANY_PASS_POSTINGS (the rarest word is
         always taken). The words left out are the commonest, whose BM25 weight is lowest;
         they still count in the all-words pass. Adjacent-word joins are always kept.
+        Rarity is counted over the nodes the scope's labels admit (see _doc_count).
         """
         terms, pairs = query_terms(query)
         if not terms:
             return " OR ".join(pairs)
         stats = self._stats()
-        counted = sorted((self._doc_count(stats, t, ANY_PASS_POSTINGS), t) for t in terms)
+        counted = sorted((self._doc_count(stats, t, ANY_PASS_POSTINGS, scope), t) for t in terms)
         kept: list[str] = []
         total = 0
         for df, term in counted:
@@ -759,19 +773,21 @@ class SearchPasses:
             total += df
         return " OR ".join(kept + pairs)
 
-    def _informative_all(self, query: str, missing: int = 0) -> str:
+    def _informative_all(self, query: str, scope: Scope, missing: int = 0) -> str:
         """The all-words expression without the words in half the nodes or more.
 
         FTS5's BM25 gives such a word no weight (its idf is clamped), so requiring it only
         drops nodes: "how is stock reserved for an order" in a codebase about orders must
         still find ReserveAsync, which never says "order". If every word is that common,
         all are required. missing=1: every word but any one ("" under three words), since
-        a question holds words its answer never says ("how is X moved").
+        a question holds words its answer never says ("how is X moved"). Words and nodes
+        are counted over the nodes the scope's labels admit.
         """
         terms, _ = query_terms(query)
         stats = self._stats()
-        half = stats.nodes // 2
-        kept = [t for t in terms if 2 * self._doc_count(stats, t, half) < stats.nodes]
+        nodes = self._node_count(stats, scope)
+        half = nodes // 2
+        kept = [t for t in terms if 2 * self._doc_count(stats, t, half, scope) < nodes]
         kept = kept or terms
         if not missing:
             return " AND ".join(kept)
@@ -782,16 +798,134 @@ class SearchPasses:
             for i in range(len(kept))
         )
 
-    def _doc_count(self, stats: _Stats, term: str, cap: int) -> int:
-        """Nodes matching one term, counted up to cap + 1 (cached until the index changes)."""
-        found, counted_to = stats.doc_counts.get(term, (-1, -1))
+    def _doc_count(self, stats: _Stats, term: str, cap: int, scope: Scope) -> int:
+        """Nodes matching one term among those the scope's labels admit (in any repository
+        or snapshot), counted up to cap + 1 (cached until the index changes)."""
+        acc = self._admitted(scope, lengths=False)
+        key = (term, None if acc is None else _labels_key(scope))
+        found, counted_to = stats.doc_counts.get(key, (-1, -1))
         if found < 0 or (found > counted_to and cap > counted_to):  # unknown, or cut short
             sql = (
                 "SELECT count(*) FROM (SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? LIMIT ?)"
             )
-            found = self.conn().execute(sql, (term, cap + 1)).fetchone()[0]
-            stats.doc_counts[term] = (found, cap)
+            expr = term if acc is None else acc.within(term)
+            found = self.conn().execute(sql, (expr, cap + 1)).fetchone()[0]
+            stats.doc_counts[key] = (found, cap)
         return int(min(found, cap + 1))
+
+    def _admits_all(self, scope: Scope) -> bool:
+        """Whether the scope's labels admit every label set of the index (FTS5's own
+        statistics are then the admitted ones)."""
+        stats = self._stats()
+        held = stats.labels.union(*(labels for _, labels in stats.label_sets))
+        return held <= set(scope.allowed_labels or ())
+
+    def _node_count(self, stats: _Stats, scope: Scope) -> int:
+        """Nodes the scope's labels admit, in any repository or snapshot (cached)."""
+        if self._admits_all(scope):
+            return stats.nodes
+        key = ("nodes", _labels_key(scope))
+        if key not in stats.admitted:
+            where, args = self._scope_sql(Scope(allowed_labels=scope.allowed_labels))
+            found = self.conn().execute(f"SELECT count(*) FROM nodes n WHERE {where}", args)
+            stats.admitted[key] = int(found.fetchone()[0])
+        return int(stats.admitted[key])
+
+    def _admitted(self, scope: Scope, *, lengths: bool = True) -> adm.Admitted | None:
+        """The statistics of the nodes the scope's labels admit, in any repository or
+        snapshot (None: it admits every node, and FTS5's own are exact).
+
+        lengths=False: only the restriction is wanted (no row lengths are read).
+        """
+        if self._admits_all(scope):
+            return None
+        stats = self._stats()
+        key = ("acc", _labels_key(scope))
+        acc: adm.Admitted | None = stats.admitted.get(key)
+        if acc is None:
+            need, hidden = self._meta_match(Scope(allowed_labels=scope.allowed_labels), None)
+            allowed = set(scope.allowed_labels or ())
+            visible = frozenset(t for t, ls in stats.label_sets if ls <= allowed)
+            acc = adm.Admitted(hidden or need, bool(hidden), visible, -1, -1)
+            stats.admitted[key] = acc
+        if lengths and acc.nodes < 0:
+            read = self._lengths(stats)
+            seen = [read.sets.get(t, (0, 0)) for t in acc.visible]
+            acc.nodes = sum(n for n, _ in seen)
+            acc.tokens = sum(t for _, t in seen)
+        return acc
+
+    def _lengths(self, stats: _Stats) -> adm.Lengths:
+        """Every full-text row's length and label set (read once per index version)."""
+        found: adm.Lengths | None = stats.admitted.get("lengths")
+        if found is None:
+            rows = self.conn().execute(
+                "SELECT d.id, d.sz, n.labels FROM nodes_fts_docsize d "
+                "LEFT JOIN nodes n ON n.rowid = d.id"
+            )
+            found = stats.admitted["lengths"] = adm.Lengths.read(rows)
+        return found
+
+    def _phrase(
+        self, acc: adm.Admitted, text: str, column: str | None
+    ) -> tuple[int, dict[int, float]]:
+        """(admitted rows holding a phrase, rowid -> its weighted hits there), cached.
+
+        One FTS5 query over the admitted rows holding it: its one-phrase bm25() there,
+        made with the whole table's figures, gives each row's weighted hits back exactly.
+        """
+        found = acc.phrases.get((text, column))
+        if found is not None:
+            return found
+        stats = self._stats()
+        whole = self._lengths(stats)
+        query = adm.phrase_query(text, column)
+        key = ("whole", text, column)
+        if key not in stats.admitted:
+            count = self.conn().execute(
+                "SELECT count(*) FROM nodes_fts WHERE nodes_fts MATCH ?", (query,)
+            )
+            stats.admitted[key] = int(count.fetchone()[0])
+        weight = adm.idf(whole.total_rows, stats.admitted[key])
+        avgdl = whole.total_tokens / whole.total_rows
+        # The match narrows to the admitted set tokens; the rows are kept by their nodes'
+        # stored labels, as the node count is made (a damaged index's meta column that
+        # claims a visible set for a hidden node adds nothing here).
+        hits = {
+            rowid: adm.frequency(-score, weight, whole.rows[rowid], avgdl)
+            for rowid, score in self.conn().execute(
+                f"SELECT rowid, {_BM25} FROM nodes_fts WHERE nodes_fts MATCH ?",
+                (acc.within(query),),
+            )
+            if whole.tokens.get(rowid) in acc.visible
+        }
+        if acc.cached_rows + len(hits) > adm.CACHE_ROWS:
+            acc.phrases.clear()
+            acc.cached_rows = 0
+        acc.phrases[(text, column)] = found = (len(hits), hits)
+        acc.cached_rows += len(hits)
+        return found
+
+    def _admitted_scores(
+        self, acc: adm.Admitted, match: str, rowids: Sequence[int]
+    ) -> dict[int, float]:
+        """rowid -> FTS5's bm25() of match (negative, as FTS5 returns it) over the admitted
+        statistics: the score an index of the admitted nodes alone would give."""
+        tree, found = adm.parse(match)
+        parts = [self._phrase(acc, text, column) for text, column in found]
+        weights = [adm.idf(acc.nodes, n) for n, _ in parts]
+        avgdl = acc.avgdl
+        lengths = self._lengths(self._stats()).rows
+        out: dict[int, float] = {}
+        for rowid in rowids:
+            length = float(lengths[rowid])
+            score = 0.0
+            # in the phrases' order, as FTS5 adds them (a phrase not counted adds 0.0)
+            held = {i for i, (_, hits) in enumerate(parts) if rowid in hits}
+            for i in sorted(adm.counted(tree, held.__contains__) or ()):
+                score += adm.term(weights[i], parts[i][1][rowid], length, avgdl)
+            out[rowid] = -1.0 * score
+        return out
 
     def scope_names(self) -> tuple[frozenset[str], frozenset[str]]:
         """(repositories, snapshots) the index holds (cached with its statistics)."""
@@ -870,12 +1004,16 @@ class SearchPasses:
         # scope again, so a label token missing from the full-text index hides nothing
         # the tables hide.
         where, args = self._scope_sql(scope)
+        acc = self._admitted(scope)
+        if acc is not None:
+            return self._bm25_admitted(acc, match, expr, (where, args), top_k, prefix)
         db = self.conn()
         window = top_k if not prefix else max(top_k * 8, 64)
         while True:  # only a path prefix is applied after ranking; the window grows until exact
+            # Ties in the window by rowid: the order _bm25_admitted keeps too.
             rows = db.execute(
                 f"SELECT n.id, f.score, n.path, n.kind, n.name FROM (SELECT rowid, {_BM25} AS score "
-                "FROM nodes_fts WHERE nodes_fts MATCH ? ORDER BY score LIMIT ?) f "
+                "FROM nodes_fts WHERE nodes_fts MATCH ? ORDER BY score, rowid LIMIT ?) f "
                 "JOIN nodes n ON n.rowid = f.rowid "
                 "WHERE (? IS NULL OR substr(n.path, 1, length(?)) = ?) "
                 f"AND {where} ORDER BY f.score, n.id LIMIT ?",
@@ -893,6 +1031,43 @@ class SearchPasses:
             window *= 8
         return [_hit(i, r[0], -r[1], *r[2:5]) for i, r in enumerate(rows)]
 
+    def _bm25_admitted(
+        self,
+        acc: adm.Admitted,
+        match: str,
+        expr: str,
+        where_args: tuple[str, list[Any]],
+        top_k: int,
+        prefix: str | None,
+    ) -> list[dict[str, Any]]:
+        """_bm25 for a scope that does not admit every node: every match scored over the
+        admitted statistics (adm), then the same window, scope check and path prefix."""
+        db = self.conn()
+        rowids = [
+            r[0] for r in db.execute("SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ?", (expr,))
+        ]
+        scores = self._admitted_scores(acc, match, rowids)
+        order = sorted(rowids, key=lambda r: (scores[r], r))
+        where, args = where_args
+        window = top_k if not prefix else max(top_k * 8, 64)
+        while True:
+            rows: list[tuple[Any, ...]] = []
+            head = order[:window]
+            for start in range(0, len(head), 500):
+                chunk = head[start : start + 500]
+                rows += db.execute(
+                    f"SELECT n.rowid, n.id, n.path, n.kind, n.name FROM nodes n "
+                    f"WHERE n.rowid IN ({','.join('?' * len(chunk))}) "
+                    "AND (? IS NULL OR substr(n.path, 1, length(?)) = ?) "
+                    f"AND {where}",
+                    [*chunk, prefix, prefix, prefix, *args],
+                ).fetchall()
+            if len(rows) >= top_k or not prefix or len(order) <= window:
+                break
+            window *= 8
+        rows.sort(key=lambda r: (scores[r[0]], r[1]))
+        return [_hit(i, r[1], -scores[r[0]], *r[2:5]) for i, r in enumerate(rows[:top_k])]
+
     def count_matches(self, query: str, *, scope: Scope, cap: int = 1000) -> int:
         """Nodes the scope may see that hold any searched word of query, up to cap + 1.
 
@@ -901,7 +1076,10 @@ class SearchPasses:
         count under the wider scope minus this one. The tokens only narrow a search's
         match (its rows are checked against the tables); for a count they are enough.
         """
-        match = self._selective_any(query)
+        return self._count(self._selective_any(query, scope), scope, cap)
+
+    def _count(self, match: str, scope: Scope, cap: int) -> int:
+        """Nodes the scope may see that match, up to cap + 1 (full-text tokens alone)."""
         if not match:
             return 0
         need, hidden = self._meta_match(scope, None)
@@ -925,16 +1103,16 @@ class SearchPasses:
 
         One full-text count over the label sets only `wide` admits (no row is read out);
         scopes that differ in more than their labels, or too many sets, are counted as
-        count_matches(wide) - count_matches(narrow).
+        the matches under wide minus those under narrow. The words are those narrow's own
+        search looks for (chosen over the nodes it may see, see _selective_any).
         """
         stats = self._stats()
         inside, outside = set(wide.allowed_labels or ()), set(narrow.allowed_labels or ())
         hidden = [t for t, ls in stats.label_sets if ls <= inside and not ls <= outside]
         same = (wide.repository, wide.snapshot) == (narrow.repository, narrow.snapshot)
+        match = self._selective_any(query, narrow)
         if not same or len(hidden) > MAX_SET_TOKENS:
-            found = self.count_matches(query, scope=wide, cap=cap)
-            return max(0, found - self.count_matches(query, scope=narrow, cap=cap))
-        match = self._selective_any(query)
+            return max(0, self._count(match, wide, cap) - self._count(match, narrow, cap))
         if not match or not hidden:
             return 0
         need = [*self._meta_need(wide, None), _sets(hidden)]

@@ -161,8 +161,9 @@ def test_any_word_pass_keeps_the_rarest_words(tmp_path, monkeypatch):
     nodes[0].text = "ledger audit"
     store.replace_file("a", "main", "A.cs", "1", nodes, {})
     # "audit" (1 node) fits, "ledger" (6 nodes) would exceed 4: the any pass ranks audit only.
-    assert store._selective_any("audit ledger") == '"audit" OR "auditledger"'
-    assert store._selective_any("ledger entry") == '"entry" OR "ledgerentry"'  # rarest stays
+    assert store._selective_any("audit ledger", Scope()) == '"audit" OR "auditledger"'
+    rarest = store._selective_any("ledger entry", Scope())
+    assert rarest == '"entry" OR "ledgerentry"'  # rarest stays
     hits = store.search("audit ledger", scope=Scope("a"), top_k=5)
     assert hits[0]["name"] == "Common0"  # every word: first, from the all-words pass
 

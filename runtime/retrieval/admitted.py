@@ -1,0 +1,208 @@
+"""BM25 over the nodes a subject may see (issue 28): FTS5's formula, admitted statistics.
+
+FTS5's bm25() scores with whole-table statistics: the row count, the mean row length and
+each phrase's document count. On an index holding label sets a subject may not see, those
+figures would carry the denied nodes into the scores and order of the visible ones. Here
+the same formula (SQLite's fts5_aux.c, operation for operation, so a score is the one
+FTS5 computes on an index holding the admitted nodes alone) takes the admitted figures:
+
+    score = sum over the query's phrases of idf * (f * (k1 + 1)) / (f + k1 * (1 - b + b * D / avgdl))
+    idf = ln((N - n + 0.5) / (n + 0.5)), clamped to 1e-6 when not positive
+
+N and avgdl over the admitted rows, n the admitted rows holding the phrase, D a row's
+tokens in every column (the meta column too), f the phrase's hits weighted 4 in the name
+column and 1 in the body. A row's f is read back from FTS5 itself: a one-phrase bm25() is
+f's function alone once the whole-table figures are known, and f is an integer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.retrieval.node import label_set_token
+
+K1 = 1.2
+B = 0.75
+IDF_FLOOR = 1e-6  # FTS5's value for a phrase in half the rows or more
+
+# Rows whose per-phrase weighted counts one thread keeps before its cache starts over.
+CACHE_ROWS = 400_000
+
+_TOKEN = re.compile(r'"(?:[^"]|"")*"|\(|\)|:|[^\s():"]+')
+
+
+Tree = tuple[Any, ...]  # ("phrase", index) | ("and"|"or", [children]) | ("not", left, right)
+
+
+def parse(expr: str) -> tuple[Tree, list[tuple[str, str | None]]]:
+    """An FTS5 expression as the search passes write it (quoted or bare phrases, AND, OR,
+    NOT, parentheses, `column : group`): its tree, and its phrases in FTS5's order, each
+    (text, column filter or None)."""
+    tokens = _TOKEN.findall(expr)
+    found: list[tuple[str, str | None]] = []
+    pos = 0
+
+    def peek() -> str | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take() -> str:
+        nonlocal pos
+        pos += 1
+        return tokens[pos - 1]
+
+    def or_(column: str | None) -> Tree:
+        items = [and_(column)]
+        while peek() == "OR":
+            take()
+            items.append(and_(column))
+        return items[0] if len(items) == 1 else ("or", items)
+
+    def and_(column: str | None) -> Tree:
+        items = [not_(column)]
+        while peek() not in (None, "OR", ")"):
+            if peek() == "AND":
+                take()
+            items.append(not_(column))
+        return items[0] if len(items) == 1 else ("and", items)
+
+    def not_(column: str | None) -> Tree:
+        left = atom(column)
+        while peek() == "NOT":
+            take()
+            left = ("not", left, atom(column))
+        return left
+
+    def atom(column: str | None) -> Tree:
+        tok = take()
+        if tok == "(":
+            inner = or_(column)
+            if peek() == ")":
+                take()
+            return inner
+        if peek() == ":":
+            take()
+            return atom(tok)
+        found.append((tok[1:-1].replace('""', '"') if tok.startswith('"') else tok, column))
+        return ("phrase", len(found) - 1)
+
+    return (or_(None) if tokens else ("or", [])), found
+
+
+def counted(tree: Tree, present: Callable[[int], bool]) -> list[int] | None:
+    """The phrases whose hits FTS5's bm25() counts at a row (None: the tree does not match
+    there). A phrase counts only inside subexpressions that match at the row: `(a AND d)
+    OR c` on a row holding a and c counts c alone, and the right of a NOT never counts."""
+    kind = tree[0]
+    if kind == "phrase":
+        return [tree[1]] if present(tree[1]) else None
+    if kind == "not":
+        left = counted(tree[1], present)
+        return None if left is None or counted(tree[2], present) is not None else left
+    parts = [counted(child, present) for child in tree[1]]
+    if kind == "and":
+        return None if any(p is None for p in parts) else [i for p in parts if p for i in p]
+    hits = [i for p in parts if p is not None for i in p]
+    return hits if any(p is not None for p in parts) else None
+
+
+def phrase_query(text: str, column: str | None) -> str:
+    """One phrase as an FTS5 expression of its own (under its column filter)."""
+    quoted = '"' + text.replace('"', '""') + '"'
+    return f"{column} : {quoted}" if column else quoted
+
+
+def sizes(blob: bytes) -> int:
+    """A row's tokens in every column: the sum of the varints of its nodes_fts_docsize row."""
+    total = value = 0
+    for byte in blob:
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            total += value
+            value = 0
+    return total
+
+
+def idf(rows: int, hits: int) -> float:
+    """FTS5's IDF of a phrase in `hits` of `rows` rows."""
+    value = math.log((rows - hits + 0.5) / (hits + 0.5))
+    return value if value > 0.0 else IDF_FLOOR
+
+
+def term(weight: float, f: float, length: float, avgdl: float) -> float:
+    """One phrase's part of a row's score, as fts5Bm25Function computes it."""
+    return weight * ((f * (K1 + 1.0)) / (f + K1 * (1 - B + B * length / avgdl)))
+
+
+def frequency(score: float, weight: float, length: float, avgdl: float) -> float:
+    """f back from a one-phrase bm25() (positive) made with weight and avgdl: an integer
+    (hits weighted 4 and 1), so the float error of the inversion rounds away."""
+    if score <= 0.0:
+        return 0.0
+    share = score / weight
+    return float(round(share * K1 * (1 - B + B * length / avgdl) / ((K1 + 1.0) - share)))
+
+
+@dataclass
+class Lengths:
+    """Every row's length and label-set token, and each set's rows and tokens (one index
+    version: read once from nodes_fts_docsize)."""
+
+    rows: dict[int, int]
+    tokens: dict[int, str]  # rowid -> the label-set token of its node's stored labels
+    sets: dict[str, tuple[int, int]]
+    total_rows: int
+    total_tokens: int
+
+    @classmethod
+    def read(cls, pairs: Iterable[tuple[int, bytes, str | None]]) -> Lengths:
+        """From (rowid, docsize blob, labels JSON or None) of every full-text row."""
+        rows: dict[int, int] = {}
+        tokens: dict[int, str] = {}
+        sets: dict[str, list[int]] = {}
+        tokens_of: dict[str, str] = {}
+        for rowid, blob, labels in pairs:
+            length = sizes(blob)
+            rows[rowid] = length
+            if labels is None:
+                continue  # a full-text row without its node: in the whole table only
+            token = tokens_of.get(labels) or tokens_of.setdefault(labels, label_set_token(labels))
+            tokens[rowid] = token
+            seen = sets.setdefault(token, [0, 0])
+            seen[0] += 1
+            seen[1] += length
+        return cls(
+            rows,
+            tokens,
+            {t: (n, s) for t, (n, s) in sets.items()},
+            len(rows),
+            sum(rows.values()),
+        )
+
+
+@dataclass
+class Admitted:
+    """The statistics of the rows one set of labels admits (one index version)."""
+
+    restrict: str  # what an expression is AND-ed with (`(x) AND ...`) or NOT-ed with
+    negate: bool  # True: restrict is the hidden labels' tokens, excluded with NOT
+    visible: frozenset[str]  # the label-set tokens admitted
+    nodes: int
+    tokens: int
+    # (phrase, column) -> (admitted rows holding it, rowid -> weighted hits)
+    phrases: dict[tuple[str, str | None], tuple[int, dict[int, float]]] = field(
+        default_factory=dict
+    )
+    cached_rows: int = 0
+
+    @property
+    def avgdl(self) -> float:
+        """Mean admitted row length (0 when nothing is admitted)."""
+        return self.tokens / self.nodes if self.nodes else 0.0
+
+    def within(self, expr: str) -> str:
+        """expr matched on admitted rows only."""
+        return f"({expr}) NOT {self.restrict}" if self.negate else f"({expr}) AND {self.restrict}"
