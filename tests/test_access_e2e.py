@@ -2,8 +2,8 @@
 
 The index holds `public` and `internal` nodes of tenants a and b (one SQL procedure
 each, all answering the question). Under the built-in rule, a Cedar policy
-(pipelines/access/policy.cedar) and OPA (pipelines/access/policy.rego's rule, served by
-tests/opa_support.py on 127.0.0.1: no OPA binary installs from the registries here), the
+(pipelines/access/policy.cedar) and OPA (pipelines/access/policy.rego unchanged, evaluated
+by OPA's own Rego engine behind its data API on 127.0.0.1: tests/opa_support.py), the
 run cites only tenant a's public node, the trace counts the denied nodes without their
 text, the three answers are the same, and an API key and a card number planted in the
 cited file reach the model masked (`redact: true`, docs/access.md#redaction).

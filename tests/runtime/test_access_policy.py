@@ -1,8 +1,9 @@
 """The access policy engines (runtime/governance/access_policy.py, cedar.py, opa.py).
 
-The built-in rule, Cedar (pipelines/access/policy.cedar) and OPA (the Rego rule, served
-on 127.0.0.1 by tests/opa_support.py) decide the same on a grid of subjects and
-resources; an OPA server that fails in any way denies with ACCESS_ENGINE_FAILED.
+The built-in rule, Cedar (pipelines/access/policy.cedar) and OPA (pipelines/access/policy.rego
+unchanged, evaluated by OPA's own Rego engine behind its data API on 127.0.0.1:
+tests/opa_support.py) decide the same on a grid of subjects and resources; an OPA server
+that fails in any way denies with ACCESS_ENGINE_FAILED.
 """
 
 from __future__ import annotations
@@ -106,6 +107,60 @@ def opa():
     server = OpaServer()
     yield server
     server.close()
+
+
+def test_the_opa_server_evaluates_the_rego_it_serves(tmp_path):
+    # Another rule gives other answers: the server runs Rego, not a copy of the default.
+    rule = tmp_path / "roles.rego"
+    rule.write_text(
+        "package step_runtime.access\n\nimport rego.v1\n\n"
+        "allowed contains r.id if {\n"
+        '\tsome r in input.resources\n\t"auditor" in input.subject.roles\n'
+        '\tstartswith(r.id, "r1")\n}\n'
+    )
+    server = OpaServer(policies=(rule,))
+    try:
+        engine = load_engine({"engine": "opa", "url": server.rule_url})
+        auditor = parse_subject({"roles": ["auditor"]})
+        allowed = [
+            d.resource for d in engine.decide(auditor, "search", RESOURCES, None) if d.allowed
+        ]
+        nobody = engine.decide(SUBJECTS[3], "search", RESOURCES, None)
+    finally:
+        server.close()
+    assert allowed == [r.id for r in RESOURCES if r.id.startswith("r1")]
+    assert len(allowed) == 11 and not any(d.allowed for d in nobody)
+
+
+@pytest.mark.parametrize(
+    "mode,status,answer",
+    [
+        ("undefined", 200, {}),
+        ("shape", 200, {"result": {"allowed": ["r0"]}}),
+        ("down", 500, {"code": "internal_error"}),
+    ],
+)
+def test_the_failing_modes_are_opas_own_answers(mode, status, answer):
+    import httpx
+
+    server = OpaServer(mode)
+    try:
+        reply = httpx.post(
+            server.rule_url,
+            json={
+                "input": {
+                    "subject": ANONYMOUS.to_dict(),
+                    "resources": [r.to_dict() for r in RESOURCES[:2]],
+                }
+            },
+        )
+    finally:
+        server.close()
+    assert reply.status_code == status
+    got = reply.json()
+    assert {k: got[k] for k in answer} == answer
+    if mode == "down":
+        assert "eval_conflict_error" in got["message"]
 
 
 @pytest.mark.parametrize("mode", ["down", "junk", "undefined", "shape"])
