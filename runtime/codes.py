@@ -946,6 +946,15 @@ _CODES: list[Code] = [
         "Restore the file from a copy, or rebuild it (`runtime memories import` of the "
         "seeds, `runtime values rebuild`).",
     ),
+    # issue 34: memories on PostgreSQL (runtime/retrieval/pgmemories.py)
+    Code(
+        "MEMORY_STORE_UNAVAILABLE",
+        "run",
+        "The Postgres memory store cannot be reached, or its server went away mid-search "
+        "or mid-write (a write that failed so stored nothing).",
+        "Start the database (or fix the --memories URL / $RUNTIME_MEMORIES / the "
+        "postgresql:// --index the memories sit beside) and try again.",
+    ),
     Code(
         "MEMORY_AXIS_UNKNOWN",
         "run",

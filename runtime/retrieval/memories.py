@@ -647,13 +647,16 @@ def _recalled(kind: str, record: Mapping[str, Any], score: float) -> Recalled:
 
 def default_memory_path(index_path: str | None = None) -> str:
     """`$RUNTIME_MEMORIES`, else memories.db beside the node index (index_path, else
-    `$RUNTIME_INDEX`, else .runtime/index.db)."""
+    `$RUNTIME_INDEX`, else .runtime/index.db); a postgresql:// index: its database."""
     named = os.environ.get("RUNTIME_MEMORIES")
     if named:
         return named
     from runtime.retrieval.nodestore import default_path
 
-    return str(Path(index_path or default_path()).parent / DEFAULT_FILE)
+    index = index_path or default_path()
+    if index.startswith(("postgresql://", "postgres://")):
+        return index  # a Postgres index keeps the memories in its database (their own tables)
+    return str(Path(index).parent / DEFAULT_FILE)
 
 
 def installed_embedder() -> Any:
@@ -680,11 +683,23 @@ def open_memory_store(
     """The memory store at path (default: default_memory_path(index_path)).
 
     Reading a file that does not exist gives an empty store (nothing remembered yet) and
-    creates nothing; create=True (the writers) creates it. embedder: "auto" (the
+    creates nothing; create=True (the writers) creates it. A postgresql:// location opens
+    the memories in that database (runtime/retrieval/pgmemories.py), alike. embedder: "auto" (the
     installed one, see installed_embedder, resolved on first use), None (BM25 only), or
     any object with `name` and `embed(texts)`.
     """
     target = path or default_memory_path(index_path)
+    if target.startswith(("postgresql://", "postgres://")):
+        from runtime.retrieval.pgmemories import PostgresMemoryStore
+
+        try:
+            return PostgresMemoryStore(target, create=create, embedder=embedder)
+        except StoreError as exc:
+            if not exc.details.get("missing"):
+                raise
+            empty = EmptyMemoryStore()  # a database without memories: nothing remembered yet
+            empty.path = str(exc.details["missing"])
+            return empty
     if not create and not Path(target).is_file():
         empty = EmptyMemoryStore()
         empty.path = target

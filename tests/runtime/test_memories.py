@@ -1,8 +1,10 @@
-"""The SQLite memory store: validation on write, expiry, decay, scope, labels, axes, filters."""
+"""The memory store on both backends (SQLite, Postgres): validation on write, expiry, decay,
+scope, labels, axes, filters."""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,9 +34,18 @@ def exp(goal: str, **extra: Any) -> dict[str, Any]:
     return base | extra
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> SqliteMemoryStore:
-    return SqliteMemoryStore(str(tmp_path / "m.db"), create=True, embedder=None)
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """An empty store on each backend: a SQLite file, then a fresh Postgres database (the
+    contract every MemoryStore keeps; tests/runtime/test_pgmemories.py has Postgres' own)."""
+    if request.param == "sqlite":
+        yield SqliteMemoryStore(str(tmp_path / "m.db"), create=True, embedder=None)
+        return
+    from runtime.retrieval.pgmemories import PostgresMemoryStore
+
+    opened = PostgresMemoryStore(str(request.getfixturevalue("pg_url")), create=True)
+    yield opened
+    opened.close()
 
 
 def ids(hits: list[Any]) -> list[str]:
@@ -400,10 +411,21 @@ def test_a_missing_file_reads_as_empty_and_a_foreign_one_is_refused(tmp_path: Pa
     assert err.value.code == "MEMORY_STORE_ERROR"
 
 
+def _edit(store: Any, statement: str) -> None:
+    """Run SQL on the store's rows behind its back (SQLite file or Postgres database)."""
+    if isinstance(store, SqliteMemoryStore):
+        with sqlite3.connect(store.path) as db:
+            db.execute(statement)
+        return
+    import psycopg
+
+    with psycopg.connect(store.url, autocommit=True) as conn:
+        conn.execute(statement.replace("'[]'", "'{}'"))
+
+
 def test_an_edited_row_is_an_error_not_an_answer(store: SqliteMemoryStore) -> None:
     store.remember([mem("vault keys rotate monthly", id="k", labels=["secret"])], now=NOW)
-    with sqlite3.connect(store.path) as db:
-        db.execute("UPDATE memories SET labels = '[]', record = replace(record, '\"secret\"', '')")
+    _edit(store, "UPDATE memories SET labels = '[]', record = replace(record, '\"secret\"', '')")
     with pytest.raises(StoreError) as err:
         store.search_memories("vault keys", limit=3, now=NOW)
     assert err.value.code == "MEMORY_STORE_ERROR"

@@ -1,0 +1,260 @@
+"""FTS5's full text, outside SQLite: its terms, its match rules and its BM25 (memories on Postgres).
+
+The SQLite memory store ranks with FTS5 (porter unicode61 remove_diacritics 2, `bm25()`
+with every column weighted 1). A store without FTS5 reproduces it here so both rank alike:
+
+- `Tokenizer` splits and stems text with SQLite's own FTS5 tokenizer in an in-memory
+  table, so a word is the same term on both backends.
+- `parse` reads the match expressions `fts_query` writes (phrases, AND, OR, NOT,
+  parentheses, `{column} : (...)`); `matches` and `counted` apply FTS5's rules to one
+  item's term counts: a phrase's hits count towards the score only when every group
+  around it matched (`"x" OR ("a" AND "b")` counts no `a` in an item without `b`).
+- `score` is FTS5's BM25 (k1 1.2, b 0.75; an item's length is all its tokens; a phrase's
+  IDF floored at 1e-6) over the statistics the caller passes: the items it may see.
+
+A phrase of several terms is matched as all of its terms in the column (FTS5 also wants
+them adjacent); the expressions `fts_query` writes quote one term per phrase.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import sqlite3
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+K1 = 1.2
+B = 0.75
+TOKENIZER = "porter unicode61 remove_diacritics 2"
+# Columns of the in-memory table: a memory or value uses the first, an experience all four.
+WIDTH = 4
+# A term longer than this (a base64 blob) is kept as a digest of itself: a B-tree key
+# holds at most about 2,700 bytes; queries map their terms the same way.
+LONG_TERM = 256
+
+# An item's full text: (term, column) -> hits; and its length in tokens (all columns).
+Counts = Mapping[tuple[str, int], int]
+
+
+def stored_term(term: str) -> str:
+    """The term as a terms table holds it."""
+    if len(term.encode()) <= LONG_TERM:
+        return term
+    return "zzh" + hashlib.sha256(term.encode()).hexdigest()
+
+
+class Tokenizer:
+    """FTS5's tokenizer in memory: the terms SQLite stores for the same text."""
+
+    def __init__(self) -> None:
+        self.db = sqlite3.connect(":memory:", check_same_thread=False)
+        self.lock = threading.Lock()
+        self._fresh()
+
+    def _fresh(self) -> None:
+        # Deleted FTS5 rows stay in its segments until merged: new tables each time.
+        self.db.execute("DROP TABLE IF EXISTS v")
+        self.db.execute("DROP TABLE IF EXISTS t")
+        cols = ", ".join(f"c{i}" for i in range(WIDTH))
+        self.db.execute(f"CREATE VIRTUAL TABLE t USING fts5({cols}, tokenize = '{TOKENIZER}')")
+        self.db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+
+    def counts(self, docs: Sequence[Sequence[str]]) -> list[tuple[dict[tuple[str, int], int], int]]:
+        """Per document (its columns' texts): (term, column) -> hits, and its length."""
+        out: list[tuple[dict[tuple[str, int], int], int]] = [({}, 0) for _ in docs]
+        if not docs:
+            return out
+        with self.lock:
+            try:
+                rows = []
+                for i, cols in enumerate(docs):
+                    padded = [*cols, *([""] * (WIDTH - len(cols)))]
+                    rows.append((i + 1, *padded))
+                names = ", ".join(f"c{i}" for i in range(WIDTH))
+                marks = ", ".join("?" * (WIDTH + 1))
+                self.db.executemany(f"INSERT INTO t (rowid, {names}) VALUES ({marks})", rows)
+                found = self.db.execute(
+                    "SELECT term, doc, col, count(*) FROM v GROUP BY term, doc, col"
+                ).fetchall()
+            finally:
+                self._fresh()
+        for raw, doc, col, n in found:
+            terms, length = out[doc - 1]
+            key = (stored_term(raw), int(col[1:]))
+            terms[key] = terms.get(key, 0) + n
+            out[doc - 1] = (terms, length + n)
+        return out
+
+    def query(self, text: str) -> list[str]:
+        """A phrase's terms in order (as FTS5 splits and stems it)."""
+        with self.lock:
+            try:
+                self.db.execute("INSERT INTO t (c0) VALUES (?)", (text,))
+                found = [r[0] for r in self.db.execute("SELECT term FROM v ORDER BY offset")]
+            finally:
+                self._fresh()
+        return [stored_term(t) for t in found]
+
+
+_TOKENIZER: Tokenizer | None = None
+_TOKENIZER_LOCK = threading.Lock()
+
+
+def tokenizer() -> Tokenizer:
+    """The process's tokenizer."""
+    global _TOKENIZER
+    with _TOKENIZER_LOCK:
+        if _TOKENIZER is None:
+            _TOKENIZER = Tokenizer()
+        return _TOKENIZER
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """One phrase of an expression: its terms and the column it is limited to (None: any)."""
+
+    terms: tuple[str, ...]
+    column: int | None
+
+
+# A parsed expression: ("or"|"and", [nodes]), ("not", a, b) or ("phrase", Phrase).
+Node = tuple[Any, ...]
+
+_TOKEN = re.compile(r'"(?:[^"]|"")*"|\{[^}]*\}|\(|\)|:|[^\s():"{}]+')
+
+
+def parse(expr: str, columns: Sequence[str]) -> tuple[Node, list[Phrase]]:
+    """The tree of an FTS5 expression and its phrases in order (one per occurrence, as
+    BM25 sums them); `columns` names the columns a `{name} :` filter may name."""
+    tokens = _TOKEN.findall(expr)
+    pos = 0
+    phrases: list[Phrase] = []
+    words = tokenizer()
+
+    def peek() -> str | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take() -> str:
+        nonlocal pos
+        pos += 1
+        return tokens[pos - 1]
+
+    def or_(col: int | None) -> Node:
+        items = [and_(col)]
+        while peek() == "OR":
+            take()
+            items.append(and_(col))
+        return items[0] if len(items) == 1 else ("or", items)
+
+    def and_(col: int | None) -> Node:
+        items = [not_(col)]
+        while peek() not in (None, "OR", ")"):
+            if peek() == "AND":
+                take()
+            items.append(not_(col))
+        return items[0] if len(items) == 1 else ("and", items)
+
+    def not_(col: int | None) -> Node:
+        left = atom(col)
+        while peek() == "NOT":
+            take()
+            left = ("not", left, atom(col))
+        return left
+
+    def atom(col: int | None) -> Node:
+        tok = take()
+        if tok == "(":
+            inner = or_(col)
+            if peek() == ")":
+                take()
+            return inner
+        if tok.startswith("{") or peek() == ":":
+            name = tok.strip("{}").strip()
+            if peek() == ":":
+                take()
+            return atom(list(columns).index(name) if name in columns else -1)
+        text = tok[1:-1].replace('""', '"') if tok.startswith('"') else tok
+        phrase = Phrase(tuple(words.query(text)), col)
+        phrases.append(phrase)
+        return ("phrase", phrase)
+
+    tree = or_(None) if tokens else ("or", [])
+    return tree, phrases
+
+
+def hits(phrase: Phrase, counts: Counts) -> int:
+    """How often an item holds a phrase (in its column), 0: not at all."""
+    if not phrase.terms:
+        return 0
+    found = []
+    for term in phrase.terms:
+        if phrase.column is None:
+            n = sum(v for (t, _), v in counts.items() if t == term)
+        else:
+            n = counts.get((term, phrase.column), 0)
+        found.append(n)
+    return min(found)
+
+
+def matches(tree: Node, counts: Counts) -> bool:
+    """Whether an item matches an expression."""
+    kind = tree[0]
+    if kind == "phrase":
+        return hits(tree[1], counts) > 0
+    if kind == "not":
+        return matches(tree[1], counts) and not matches(tree[2], counts)
+    children = tree[1]
+    if kind == "and":
+        return bool(children) and all(matches(c, counts) for c in children)
+    return any(matches(c, counts) for c in children)
+
+
+def counted(tree: Node, counts: Counts) -> set[int]:
+    """ids (id()) of the phrases whose hits count for an item: every group around them
+    matched (FTS5 drops the positions of a group that did not)."""
+    out: set[int] = set()
+
+    def walk(node: Node) -> None:
+        if not matches(node, counts):
+            return
+        if node[0] == "phrase":
+            out.add(id(node[1]))
+        elif node[0] == "not":
+            walk(node[1])
+        else:
+            for child in node[1]:
+                walk(child)
+
+    walk(tree)
+    return out
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What BM25 weighs by: items, their mean length, and each phrase's item count."""
+
+    items: int
+    mean_length: float
+    item_counts: Sequence[int]  # one per phrase, in the expression's order
+
+
+def score(
+    tree: Node, phrases: Sequence[Phrase], counts: Counts, length: int, stats: Stats
+) -> float:
+    """FTS5's BM25 of one item (positive: higher is better)."""
+    live = counted(tree, counts)
+    total = max(stats.items, 1)
+    norm = K1 * (1 - B + B * length / stats.mean_length) if stats.mean_length else K1
+    out = 0.0
+    for phrase, n in zip(phrases, stats.item_counts, strict=True):
+        if id(phrase) not in live:
+            continue
+        f = hits(phrase, counts)
+        if f:
+            idf = math.log((total - n + 0.5) / (n + 0.5))
+            out += (idf if idf > 0 else 1e-6) * f * (K1 + 1) / (f + norm)
+    return out
