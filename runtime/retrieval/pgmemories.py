@@ -36,7 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from runtime.errors import RunError, StoreError
 from runtime.retrieval import memory_fts
-from runtime.retrieval.memories import (
+from runtime.retrieval.memory_common import (
     FORMAT,
     LAYOUT,
     MIN_POOL,
