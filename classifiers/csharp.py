@@ -107,6 +107,11 @@ def parse(text: str) -> Any:
     return parser().parse(text.encode("utf-8"))
 
 
+def _source_order(n: Any) -> tuple[int, int, str]:
+    """A syntax node's place in a pre-order walk: by start, the enclosing node first."""
+    return (n.start_byte, -n.end_byte, n.type)
+
+
 def _txt(node: Any) -> str:
     return node.text.decode("utf-8", errors="replace") if node is not None else ""
 
@@ -529,7 +534,9 @@ class _Walker:
         sink_seen = False
         groups: dict[str, str] = {}  # route group variable -> its route prefix
         found = _query_cursor(_BODY_QUERY).captures(node)
-        for n in sorted((n for nodes in found.values() for n in nodes), key=lambda n: n.start_byte):
+        # Outer before inner where nodes start together (a call chain's invocations): the
+        # captures' own order varied from one call to the next, and so did the deps' order.
+        for n in sorted((n for nodes in found.values() for n in nodes), key=_source_order):
             line = n.start_point[0] + 1
             if n.type == "invocation_expression":
                 fn = n.child_by_field_name("function")
@@ -565,7 +572,7 @@ class _Walker:
     def sql_in(self, node: Any, qn: str, line: int) -> list[str]:
         found: list[str] = []
         captured = _query_cursor(_SQL_QUERY).captures(node)
-        for n in sorted((n for ns in captured.values() for n in ns), key=lambda n: n.start_byte):
+        for n in sorted((n for ns in captured.values() for n in ns), key=_source_order):
             value = _string_value(n) or _concatenation(n)
             if not value and n.type == "identifier" and _txt(n) in self.sql_fields:
                 value = self.sql_fields[_txt(n)]

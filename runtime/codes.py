@@ -706,6 +706,15 @@ _CODES: list[Code] = [
         "The Postgres node index cannot be reached, or its server went away mid-search.",
         "Start the database (or fix the --index URL / $RUNTIME_INDEX) and search again.",
     ),
+    # issue 34: `runtime index --index postgresql://...` (runtime/retrieval/pgwrite.py)
+    Code(
+        "INDEX_BUSY",
+        "run",
+        "Another `runtime index` has been writing this Postgres index for longer than this "
+        "one waits (one indexer writes a database at a time).",
+        "Run again when the other indexer has finished; the index it is writing stays "
+        "searchable meanwhile.",
+    ),
     Code(
         "REPOSITORY_REQUIRED",
         "usage",

@@ -20,7 +20,8 @@ from runtime.cli._common import handle_errors, shown
     "--index",
     "index_path",
     type=click.Path(dir_okay=False),
-    help="Index file (default $RUNTIME_INDEX or .runtime/index.db).",
+    help="Index file, or postgresql://... for a Postgres index (default $RUNTIME_INDEX or "
+    ".runtime/index.db).",
 )
 @click.option(
     "--repository",
@@ -103,8 +104,8 @@ def index(
     """
     from runtime.context.tokens import get_counter
     from runtime.retrieval.embeddings import make_embedder
-    from runtime.retrieval.indexer import index_paths, load_labels
-    from runtime.retrieval.nodestore import default_path, open_store
+    from runtime.retrieval.indexes import index_location, is_url
+    from runtime.retrieval.indexwrite import open_writer
 
     emb = make_embedder(embedder) if embedder else None  # a bad name creates no index
     tokenizers = tokenizers or ("cl100k_base",)
@@ -116,10 +117,52 @@ def index(
 
         for root in roots:
             check_git_root(root)
-    path = index_path or default_path()
-    if not Path(path).exists():  # decided before the file exists: a refusal creates no index
+    path = index_location(index_path)
+    if not is_url(path) and not Path(path).exists():  # a refusal creates no index file
         repository = _repository(lambda root: [], roots, repository)
-    store = open_store(path, create=True)
+    store = open_writer(path, on_wait=_waiting)
+    try:
+        _index(
+            store,
+            paths,
+            roots,
+            repository,
+            snapshot,
+            labels_file,
+            repo_root,
+            emb,
+            jobs,
+            tokenizers,
+            with_git,
+            as_json,
+        )
+    finally:
+        close = getattr(store, "close", None)  # Postgres: its connection and writer lock
+        if close is not None:
+            close()
+
+
+def _waiting(where: str) -> None:
+    click.echo(f"note: another `runtime index` is writing {where}; waiting for it", err=True)
+
+
+def _index(
+    store: Any,
+    paths: tuple[str, ...],
+    roots: list[str],
+    repository: str | None,
+    snapshot: str,
+    labels_file: str | None,
+    repo_root: str | None,
+    emb: Any,
+    jobs: int | None,
+    tokenizers: tuple[str, ...],
+    with_git: bool,
+    as_json: bool,
+) -> None:
+    """index's run once the index is open."""
+    from runtime.retrieval.indexer import index_paths, load_labels
+
     repository = _repository(store.root_repositories, roots, repository)
     rules = load_labels(labels_file)
     # Without --labels every file is written unlabelled: said when that unlabels nodes.
@@ -294,7 +337,12 @@ def _repository(indexed_as: Callable[[str], list[str]], roots: list[str], given:
 
 @click.command()
 @click.argument("query")
-@click.option("--index", "index_path", type=click.Path(dir_okay=False), help="Index file.")
+@click.option(
+    "--index",
+    "index_path",
+    type=click.Path(dir_okay=False),
+    help="Index file, or postgresql://... (default $RUNTIME_INDEX or .runtime/index.db).",
+)
 @click.option(
     "--type",
     "search_type",
@@ -349,8 +397,8 @@ def search(
     from runtime.errors import UsageError
     from runtime.governance.engines import load_engine
     from runtime.governance.subject import Subject, parse_subject, read_subject_option
+    from runtime.retrieval.indexes import open_index
     from runtime.retrieval.node import Scope
-    from runtime.retrieval.nodestore import open_store
     from runtime.retrieval.policed import AccessView
 
     if not query.strip():  # "no hits" would read as "nothing matches"
@@ -376,7 +424,7 @@ def search(
         loaded = load_pipeline(policy_from)
         config, base = dict(loaded.settings.get("access") or {}), str(loaded.base_dir)
     engine = load_engine(config, base)
-    store = open_store(index_path)
+    store = open_index(index_path)
     _known_scope(store, scope)
     view = AccessView(store, engine, subject, pinned, scope)
     hits = view.search(query, top_k=top_k, search_type=search_type, per_file=per_file)

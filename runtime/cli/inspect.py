@@ -56,8 +56,8 @@ def inspect_text(text: str, path: str, encoding: str = "cl100k_base") -> dict[st
     "--index",
     "index_path",
     type=click.Path(dir_okay=False),
-    help="The index FILE's labels are read from (with it, and no --subject, the caller is "
-    "anonymous).",
+    help="The index FILE's labels are read from, a file or postgresql://... (with it, and no "
+    "--subject, the caller is anonymous).",
 )
 @handle_errors
 def inspect(
@@ -96,18 +96,19 @@ def _check_access(file: str, subject_text: str | None, index_path: str | None) -
     from runtime.errors import RunError
     from runtime.governance.access_policy import BuiltinEngine, Resource
     from runtime.governance.subject import ANONYMOUS, parse_subject, read_subject_option
-    from runtime.retrieval.nodestore import default_path, open_store
+    from runtime.retrieval.indexes import index_location, is_url, open_index
+    from runtime.retrieval.pgwrite import file_resources
 
     subject = (
         parse_subject(read_subject_option(subject_text), "--subject")
         if subject_text is not None
         else ANONYMOUS
     )
-    path = index_path or default_path()
-    if index_path is None and not Path(path).is_file():
+    path = index_location(index_path)
+    if index_path is None and not is_url(path) and not Path(path).is_file():
         return  # no index: nothing labels the file
-    store = open_store(path)
-    found = store.file_resources(str(Path(file).resolve()))
+    store = open_index(path)
+    found = file_resources(store, str(Path(file).resolve()))
     resources = [
         Resource(nid, "file", repo, snap, p, kind, tuple(labels))
         for nid, repo, snap, kind, p, labels in found

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from runtime.errors import RunError, UsageError
+from runtime.retrieval.indexwrite import IndexWriter
 from runtime.retrieval.node import Node, node_id
-from runtime.retrieval.nodestore import SqliteNodeStore, node_row
+from runtime.retrieval.nodestore import node_row
 
 COMMIT_KIND = "commit"
 TOUCHES = "Touches"
@@ -209,7 +210,7 @@ def commit_node(repository: str, snapshot: str, commit: dict[str, Any], labels: 
 
 
 def index_history(
-    store: SqliteNodeStore,
+    store: IndexWriter,
     roots: Sequence[str],
     *,
     repository: str,

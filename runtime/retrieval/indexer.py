@@ -25,8 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runtime.retrieval.indexes import is_url
+from runtime.retrieval.indexwrite import IndexWriter
 from runtime.retrieval.node import Node, node_id
-from runtime.retrieval.nodestore import NodeRow, SqliteNodeStore
+from runtime.retrieval.nodestore import NodeRow
 
 CODE_SUFFIXES = {".cs", ".sql"}
 DOC_SUFFIXES = {".md", ".markdown", ".txt", ".rst"}
@@ -152,7 +154,7 @@ def labels_for(
 
 
 def repository_root(
-    store: SqliteNodeStore, repository: str, roots: Sequence[str], given: str | None
+    store: IndexWriter, repository: str, roots: Sequence[str], given: str | None
 ) -> tuple[Path, str | None]:
     """(the folder label globs match from, the root it replaces when `given` changes it).
 
@@ -378,7 +380,7 @@ EMBED_BATCH = 256
 
 
 def _embed_missing(
-    store: SqliteNodeStore,
+    store: IndexWriter,
     repository: str,
     snapshot: str,
     embedder: Any,
@@ -402,7 +404,7 @@ def _embed_missing(
 
 
 def index_paths(
-    store: SqliteNodeStore,
+    store: IndexWriter,
     roots: Sequence[str],
     *,
     repository: str = "default",
@@ -447,7 +449,8 @@ def index_paths(
     prefixes = _label_prefixes(roots, root, repository) if label_rules else [""] * len(roots)
     known = store.file_hashes(repository, snapshot)
     seen: set[str] = set()
-    own = str(Path(store.path).resolve())
+    # The index itself (and its -wal/-shm files) may sit inside the tree; a database not.
+    own = None if is_url(store.path) else str(Path(store.path).resolve())
     matched: set[str] = set()
     work = _changed_files(
         roots, own, known, seen, (label_rules, prefixes, matched), progress, report
@@ -467,10 +470,10 @@ def index_paths(
         store.record_repository_root(repository, str(root))
         if not work and not gone:  # nothing changed: the nodes and edges are the last run's
             report.edges = store.edge_count(repository, snapshot)
-            if embedder is not None:
-                report.embedded = _embed_missing(store, repository, snapshot, embedder, progress)
             if git:
                 report.git = _history(store, roots, repository, snapshot, label_rules, prefixes)
+            if embedder is not None:  # after the history: its new commits are embedded too
+                report.embedded = _embed_missing(store, repository, snapshot, embedder, progress)
             report.seconds = round(time.perf_counter() - started, 3)
             return report
         changed = {item[0] for item in work}
@@ -506,10 +509,10 @@ def index_paths(
         store.rename_nodes(defs.settle(lost))
         exs = {**{rel: _from_summary(x) for rel, x in stored.items()}, **fresh}
         report.edges = _resolve_edges(store, repository, snapshot, exs, defs)
-        if embedder is not None:
-            report.embedded = _embed_missing(store, repository, snapshot, embedder, progress)
         if git:
             report.git = _history(store, roots, repository, snapshot, label_rules, prefixes)
+        if embedder is not None:  # after the history: its new commits are embedded too
+            report.embedded = _embed_missing(store, repository, snapshot, embedder, progress)
     optimize = getattr(store, "optimize", None)  # SQLite's: other stores keep their own
     if optimize is not None:
         optimize()  # one full-text segment: the label-set match seeks once (nodestore)
@@ -518,7 +521,7 @@ def index_paths(
 
 
 def _history(
-    store: SqliteNodeStore,
+    store: IndexWriter,
     roots: Sequence[str],
     repository: str,
     snapshot: str,
@@ -549,7 +552,7 @@ PARALLEL_MIN_FILES = 64
 
 def _changed_files(
     roots: Sequence[str],
-    own: str,
+    own: str | None,
     known: dict[str, str],
     seen: set[str],
     labelling: tuple[Sequence[tuple[str, list[str]]], list[str], set[str]],
@@ -562,13 +565,13 @@ def _changed_files(
     the globs that matched are added to.
     """
     label_rules, prefixes, matched = labelling
-    own_name = Path(own).name
+    own_name = Path(own).name if own else ""
     work: list[_Work] = []
     files = _files(roots)
     for done, (path, rel, number) in enumerate(files, 1):
         if progress:
             progress("read", done, len(files))
-        if path.name.startswith(own_name) and str(path.resolve()).startswith(own):
+        if own and path.name.startswith(own_name) and str(path.resolve()).startswith(own):
             continue  # the index itself (and its -wal/-shm files) may sit inside the tree
         if path.suffix.lower() not in CODE_SUFFIXES | DOC_SUFFIXES:
             report.skipped += 1
@@ -771,7 +774,7 @@ def _declarations_only(symbols: Sequence[Any]) -> dict[int, str]:
 
 
 def _resolve_edges(
-    store: SqliteNodeStore,
+    store: IndexWriter,
     repository: str,
     snapshot: str,
     by_path: dict[str, Any],

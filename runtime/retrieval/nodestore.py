@@ -334,8 +334,12 @@ class SqliteNodeStore(SearchPasses):
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
-        """Group many writes in one transaction (committed at the end, rolled back on error)."""
+        """Group many writes in one transaction (committed at the end, rolled back on error);
+        a batch inside a batch joins it (the indexer's git history runs inside its run's)."""
         db = self.conn()
+        if getattr(self._local, "batch", False):
+            yield
+            return
         self._local.batch = True
         try:
             yield

@@ -282,7 +282,7 @@ def test_reading_commands_refuse_a_missing_store(runner, files, args):
     assert not store.exists()
 
 
-URL = "postgresql://admin:s3cret@db.example:5432/runs"
+URL = "postgresql://admin:s3cret@127.0.0.1:1/runs"
 
 
 @pytest.mark.parametrize(
@@ -293,18 +293,18 @@ URL = "postgresql://admin:s3cret@db.example:5432/runs"
     ],
     ids=["index", "search"],
 )
-def test_store_urls_are_refused_and_create_nothing(runner, files, monkeypatch, args):
+def test_index_urls_name_postgres_and_create_nothing_here(runner, files, monkeypatch, args):
+    # index and search take a Postgres index by URL (issue 34); nothing listens here
     monkeypatch.chdir(files)
     before = sorted(p.name for p in files.iterdir())
     result = runner.invoke(cli, [a.replace("{dir}", str(files)) for a in args])
     assert result.exit_code == 1
     first = result.stderr.splitlines()[0]
-    assert first.startswith("error: STORE_URL_UNSUPPORTED: ")
-    assert first.endswith(
-        "postgresql://... is a URL; only local SQLite files are supported "
-        "(Postgres is not supported yet)"
+    assert first.startswith(
+        "error: INDEX_UNAVAILABLE: index postgresql://admin:***@127.0.0.1:1/runs: "
+        "the database is unavailable: "
     )
-    assert "s3cret" not in result.stderr
+    assert "s3cret" not in result.stderr and "Traceback" not in result.output
     assert sorted(p.name for p in files.iterdir()) == before
 
 
