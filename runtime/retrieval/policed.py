@@ -175,7 +175,14 @@ class AccessView:
         direction: str = "out",
         edge_types: Sequence[str] | None = None,
     ) -> list[tuple[str, str, str]]:
-        """Edges around ids whose far end the subject may see (never walked through otherwise)."""
+        """Edges around ids the subject may see whose far end it may see too (a denied node
+        is never walked through, nor from: its edges would say what it reads and writes)."""
+        # The stores check only the far end: the near ends are read (and decided) first, so a
+        # denied id named by a caller (state a model wrote, an inbox payload) yields nothing.
+        seen = self.get_nodes(list(dict.fromkeys(ids)), action="expand")
+        ids = [i for i in dict.fromkeys(ids) if i in seen]
+        if not ids:
+            return []
         ledger = self._ledger("expand")
         found = self.store.edges(ids, scope=self.scope, direction=direction, edge_types=edge_types)
         if not self.engine.per_resource:

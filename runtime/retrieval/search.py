@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.errors import StoreError
 from runtime.retrieval import admitted as adm
-from runtime.retrieval.node import Scope, meta_token
+from runtime.retrieval.node import Scope, label_set_token, meta_token
 from runtime.retrieval.query import (
     asked_kinds,
     fts_query,
@@ -251,9 +251,13 @@ def _sets(tokens: Sequence[str]) -> str:
 
 
 def _read_sets(rows: Iterable[tuple[str, str]]) -> tuple[tuple[str, frozenset[str]], ...]:
-    """The `label_sets` rows as (token, labels); unreadable ones left out (hidden)."""
+    """The `label_sets` rows as (token, labels); unreadable ones left out (hidden), and
+    those whose token is not their labels' (an edited row would otherwise admit the nodes
+    of a set under other labels than theirs)."""
     out = []
     for token, text in rows:
+        if not isinstance(text, str) or token != label_set_token(text):
+            continue
         try:
             labels = json.loads(text)
         except ValueError:

@@ -82,7 +82,21 @@ def test_fetch_and_expansion_under_a_per_resource_engine(store):
     assert list(view.get_nodes(ids)) == ["r::main::procedure::ShipA0"]
     edges = view.edges(["r::main::procedure::ShipA0"])
     assert edges == [("r::main::procedure::ShipA0", "r::main::procedure::ShipA1", "Calls")]
-    assert [lg.denied for lg in view.ledgers] == [1, 3]
+    # the near end is read (and decided) first: ShipA0 allowed, then 3 far ends denied
+    assert [lg.denied for lg in view.ledgers] == [1, 0, 3]
+
+
+@pytest.mark.parametrize("engine", ["builtin", "cedar"])
+def test_edges_from_a_denied_node_a_caller_names_are_none(store, engine):
+    """A denied id in state (a model's reply, an inbox payload) walks nowhere: its edges
+    would say what it calls, and that it exists."""
+    chosen = cedar() if engine == "cedar" else load_engine(None)
+    view = AccessView(store, chosen, SUBJECT, None, Scope("r", "main"))
+    denied = "r::main::procedure::ShipB1"
+    store.replace_edges("r", "main", [(denied, "r::main::procedure::ShipA2", "Calls")])
+    for direction in ("out", "in", "both"):
+        assert view.edges([denied], direction=direction) == []
+    assert view.ledgers[0].denied == 1
 
 
 def test_the_builtin_view_counts_what_its_query_hid(store):
