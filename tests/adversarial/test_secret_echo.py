@@ -514,11 +514,22 @@ def echo_pipeline(tmp_path: Path, url: str) -> Path:
     return path
 
 
-def echo_run(runner, tmp_path, monkeypatch, field: str, form: str, which: str, stream: bool):
-    """Run the pipeline against an echoing server; every artifact it left, by name."""
+def echo_run(
+    runner,
+    tmp_path,
+    monkeypatch,
+    field: str,
+    form: str,
+    which: str,
+    stream: bool,
+    store_url: str | None = None,
+):
+    """Run the pipeline against an echoing server; every artifact it left, by name (with
+    store_url, a Postgres run store: the whole database dumped as one artifact)."""
     monkeypatch.setenv("KEY_A", KEY_A)
     monkeypatch.setenv("KEY_B", KEY_B)
-    store, cassette = tmp_path / "runs.db", tmp_path / "c.jsonl"
+    store: Any = store_url or tmp_path / "runs.db"
+    cassette = tmp_path / "c.jsonl"
     shown = io.StringIO()
     if stream:
         # As on a terminal: replies stream to the screen (here, to `shown`) as they come.
@@ -545,16 +556,47 @@ def echo_run(runner, tmp_path, monkeypatch, field: str, form: str, which: str, s
         assert shown.exit_code == 0, (command, shown.output)
         texts[" ".join(command)] = shown.stdout + shown.stderr
     files = sorted(tmp_path.glob("runs.db*")) + ([cassette] if cassette.exists() else [])
+    if store_url:
+        files.append(pg_dump(store_url, tmp_path / "runs.pg.sql"))
     return done, texts, files
 
 
-def _check_echo(runner, tmp_path, monkeypatch, field: str, form: str, which: str, stream: bool):
-    done, texts, files = echo_run(runner, tmp_path, monkeypatch, field, form, which, stream)
+def pg_dump(url: str, out: Path) -> Path:
+    """Every row of a Postgres database as pg_dump writes it (one file to search)."""
+    import subprocess
+
+    from tests.postgres import bin_dir
+
+    bindir = bin_dir()
+    assert bindir is not None
+    subprocess.run(
+        [str(bindir / "pg_dump"), "--data-only", "--file", str(out), url],
+        check=True,
+        capture_output=True,
+    )
+    assert out.stat().st_size > 1000 and b"run_vars" in out.read_bytes()
+    return out
+
+
+def _check_echo(
+    runner,
+    tmp_path,
+    monkeypatch,
+    field: str,
+    form: str,
+    which: str,
+    stream: bool,
+    store_url: str | None = None,
+):
+    done, texts, files = echo_run(
+        runner, tmp_path, monkeypatch, field, form, which, stream, store_url
+    )
     failing = field in ERRORS or (field == "stream-error" and stream)
     assert done.exit_code == (1 if failing else 0), done.output
     if failing:
         assert "MODEL_PROVIDER_ERROR" in done.output
-    assert files and any(f.name == "runs.db" for f in files)
+    stored = "runs.pg.sql" if store_url else "runs.db"
+    assert files and any(f.name == stored for f in files)
     for key in (KEY_A, KEY_B):
         shown = [name for name, text in texts.items() if readable(key, text)]
         assert shown + readable(key, files=files) == [], (field, form, which, stream)
@@ -600,6 +642,15 @@ def test_a_key_in_any_field_and_escape_reaches_no_artifact(
     runner, tmp_path, monkeypatch, field, form, which, stream
 ):
     _check_echo(runner, tmp_path, monkeypatch, field, form, which, stream)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("field,form,which,stream", FAST_CASES[:4])
+def test_a_key_in_any_field_reaches_no_row_of_a_postgres_store(
+    runner, tmp_path, monkeypatch, pg_url, field, form, which, stream
+):
+    """The same echoes into a Postgres run store: no row of the database holds the key."""
+    _check_echo(runner, tmp_path, monkeypatch, field, form, which, stream, store_url=pg_url)
 
 
 def _matrix() -> list[Any]:
