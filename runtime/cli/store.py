@@ -66,7 +66,7 @@ def migrate(location: str) -> None:
     "--what",
     default="runs",
     show_default=True,
-    help="What to copy: runs (the run store) or another registered store (index).",
+    help="What to copy: runs (the run store) or another registered store (index, memories).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the per-table report as JSON.")
 @handle_errors

@@ -29,6 +29,7 @@ from runtime.net import pgtext
 COPIERS: dict[str, str] = {
     "runs": "runtime.engine.storecopy:copy_run_store",
     "index": "runtime.engine.indexcopy:copy_index",  # issue 34, the index half
+    "memories": "runtime.engine.memorycopy:copy_memories",  # issue 34, memories and values
 }
 
 # Tables in an order that inserts nothing before what it names; run_pointers_pending

@@ -303,19 +303,25 @@ class SqliteMemoryStore:
         records: Sequence[Mapping[str, Any]],
         body: Callable[[Mapping[str, Any]], str | tuple[str, ...]],
         embed_text: Callable[[Mapping[str, Any]], str],
+        given: Mapping[str, tuple[str, bytes]] | None = None,
     ) -> None:
-        """Insert or replace records (by id) with their full-text rows and vectors."""
+        """Insert or replace records (by id) with their full-text rows and vectors (given:
+        each id's (model, blob) as stored elsewhere, instead of embedding again)."""
         if not records:
             return
         ids = [r["id"] for r in records]
         if len(set(ids)) != len(ids):
             twice = sorted({i for i in ids if ids.count(i) > 1})[0]
             raise RunError(f"two {kind} items have the id {twice!r}", code="MEMORY_INVALID")
-        vectors: list[bytes] = []
-        if self.embedder is not None:
+        vectors: list[tuple[str, bytes] | None] = [None] * len(records)
+        if given is not None:
+            vectors = [given.get(r["id"]) for r in records]
+        elif self.embedder is not None:
             from runtime.retrieval.embeddings import to_blob
 
-            vectors = [to_blob(v) for v in self.embedder.embed([embed_text(r) for r in records])]
+            name = self.embedder.name
+            embedded = self.embedder.embed([embed_text(r) for r in records])
+            vectors = [(name, to_blob(v)) for v in embedded]
         table, fts = _TABLES[kind]
         names, derive = _COLUMNS[kind]
         width = len(names.split(","))
@@ -341,11 +347,63 @@ class SqliteMemoryStore:
                     f"VALUES (?, {','.join('?' * len(parts))})",
                     (rowid, *parts),
                 )
-                if vectors:
+                vector = vectors[i]
+                if vector is not None:
                     db.execute(
                         "INSERT INTO item_vectors VALUES (?, ?, ?, ?)",
-                        (kind, rowid, self.embedder.name, vectors[i]),
+                        (kind, rowid, vector[0], vector[1]),
                     )
+
+    def put_records(
+        self,
+        kind: str,
+        records: Sequence[Mapping[str, Any]],
+        vectors: Mapping[str, tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Store records as they are (already validated: a copy's), with their vectors by
+        id (model, blob) instead of embedding them again."""
+        texts = _WRITE_TEXTS[kind]
+        self._write(kind, records, texts[0], texts[1], given=vectors or {})
+
+    def dump(self, kind: str) -> list[tuple[int, dict[str, Any], tuple[str, bytes] | None]]:
+        """Every item of a kind in row order: (row number, verified record, its vector)."""
+        table = _TABLES[kind][0]
+        cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS[kind][0].split(","))
+        with self._guard(f"read {kind} items"):
+            rows = (
+                self.conn()
+                .execute(
+                    f"SELECT m.rowid, v.model, v.vector, {cols}, m.record, m.digest FROM {table} m"
+                    " LEFT JOIN item_vectors v ON v.kind = ? AND v.item = m.rowid ORDER BY m.rowid",
+                    (kind,),
+                )
+                .fetchall()
+            )
+        return [
+            (int(r[0]), self._checked(kind, r[3:]), (r[1], bytes(r[2])) if r[1] else None)
+            for r in rows
+        ]
+
+    def terms(self, kind: str) -> list[tuple[str, str, int, int]]:
+        """Every item's full-text terms: (id, term, column, hits), sorted (a copy's check)."""
+        from runtime.retrieval.memory_fts import stored_term
+
+        table, fts = _TABLES[kind]
+        columns = _fts_columns(kind)
+        with self._guard(f"read {kind} terms"):
+            db = self.conn()
+            db.execute(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_v USING fts5vocab(main, {fts}, 'instance')"
+            )
+            rows = db.execute(
+                f"SELECT m.id, v.term, v.col, count(*) FROM temp.{fts}_v v JOIN {table} m"
+                " ON m.rowid = v.doc GROUP BY m.id, v.term, v.col"
+            ).fetchall()
+        out: dict[tuple[str, str, int], int] = {}
+        for item, term, col, n in rows:
+            key = (str(item), stored_term(term), columns.index(col))
+            out[key] = out.get(key, 0) + int(n)
+        return sorted((*k, v) for k, v in out.items())
 
     def set_tier(self, key: str, tier: str, *, note: str | None = None) -> str:
         """Set the confidence tier (and note) of the experience with this id or run id;
@@ -552,6 +610,20 @@ class SqliteMemoryStore:
         [qvec] = self.embedder.embed([query])
         best = cosine_top(qvec, [r[1] for r in rows], pool)
         return [(rows[i][0], s) for i, s in best]
+
+
+# kind -> (its full-text columns' texts, the text its vector embeds), as the writers pass them
+_WRITE_TEXTS: dict[
+    str,
+    tuple[Callable[[Mapping[str, Any]], str | tuple[str, ...]], Callable[[Mapping[str, Any]], str]],
+] = {
+    "memory": (lambda r: _body(r["text"]), lambda r: r["text"]),
+    "experience": (
+        lambda r: tuple(_body(t) for t in axis_texts(r).values()),
+        lambda r: experience_text(r),
+    ),
+    "value": (lambda r: _body(r["text"]), lambda r: r["text"]),
+}
 
 
 def _fts_columns(kind: str) -> tuple[str, ...]:

@@ -548,6 +548,17 @@ class PostgresMemoryStore:
             for r in rows
         ]
 
+    def terms(self, kind: str) -> list[tuple[str, str, int, int]]:
+        """Every item's full-text terms: (id, term, column, hits), sorted (a copy's check)."""
+        table = _KINDS[kind][0]
+        with self._conn(f"read {kind} terms") as conn:
+            rows = conn.execute(
+                f"SELECT m.id, t.term, t.col, t.tf FROM memory_terms t JOIN {table} m"
+                " ON m.rowid = t.item WHERE t.kind = %s",
+                (kind,),
+            ).fetchall()
+        return sorted((str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows)
+
     def search_memories(
         self,
         query: str,
