@@ -18,9 +18,11 @@ them in the next round.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from runtime.context.injection import neutralise, scan
@@ -483,6 +485,24 @@ def screen(
     return out
 
 
+# What the detector flagged in tool results during one model call (call_model's pack of
+# each request after a tool round lists them in its drop report): set by flags_collected.
+_FLAGS: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar(
+    "tool_flags", default=None
+)
+
+
+@contextlib.contextmanager
+def flags_collected() -> Iterator[list[dict[str, Any]]]:
+    """The drop-report entries of what the detector flags in tool results inside the block."""
+    found: list[dict[str, Any]] = []
+    token = _FLAGS.set(found)
+    try:
+        yield found
+    finally:
+        _FLAGS.reset(token)
+
+
 def flagged(
     ctx: StepContext,
     where: str,
@@ -491,7 +511,22 @@ def flagged(
     record: Mapping[str, Any],
     **extra: Any,
 ) -> None:
-    """RETRIEVED_INSTRUCTION_FLAGGED for text in a tool result (round, tool, call id)."""
+    """RETRIEVED_INSTRUCTION_FLAGGED for text in a tool result (round, tool, call id); an
+    entry for the next request's drop report."""
+    found = _FLAGS.get()
+    if found is not None:
+        item = extra.get("item") or extra.get("variable")
+        found.append(
+            {
+                "id": f"{where}:{item}" if item else where,
+                "reason": "injection",
+                "tokens_saved": None if action == "dropped" else 0,
+                "action": action,
+                "kinds": sorted({f.kind for f in findings}),
+                "by": "injection detector",
+                "round": record.get("round"),
+            }
+        )
     ctx.trace(
         "RETRIEVED_INSTRUCTION_FLAGGED",
         node=where,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
 from actions import _evidence_guard, _jsonish, _redact
@@ -501,8 +501,12 @@ class CallModel(Action):
         sent: list[int] | None = None,
         budget: dict[str, Any] | None = None,
         offered: list[Any] | None = None,
+        on_request: Callable[[int, list[dict[str, Any]], int], None] | None = None,
     ) -> tuple[Any, list[dict[str, Any]]]:
         """Offer the step's tools for max_tool_rounds rounds (actions/_tools.py); reply, messages.
+
+        `on_request(round, messages, prompt_tokens)` is told of each request after the first,
+        as it is sent (its context pack is recorded there).
 
         `sent` gets each request's exact prompt tokens; each request after the first is
         traced (CONTEXT_BUDGET_ROUND: the round, its prompt tokens and the budget).
@@ -558,6 +562,8 @@ class CallModel(Action):
                     budget=limit,
                     exact=True,
                 )
+                if on_request is not None:
+                    on_request(number, messages, tokens)
 
         return _tools.complete(
             ctx,
@@ -745,9 +751,30 @@ class CallModel(Action):
         sent: list[int] = []  # each tool round's prompt tokens
         try:
             if offered:
-                response, messages = self.complete_with_tools(
-                    ctx, provider, request, on_chunk, sent, budget, offered
-                )
+                from actions import _tools
+
+                rounds = int(ctx.step.get("max_tool_rounds", _tools.DEFAULT_TOOL_ROUNDS))
+
+                def on_request(number: int, sent_now: list[dict[str, Any]], tokens: int) -> None:
+                    # A request after a tool round has its own pack: the tool results it
+                    # carries, and what the detector flagged or withheld in them (issue 29).
+                    self.record_pack(
+                        ctx,
+                        provider,
+                        sent_now,
+                        tokens,
+                        fidelity,
+                        {
+                            "budget": budget.get("budget"),
+                            "evidence_drops": [*guarded.drops, *flags],
+                        },
+                        [] if number >= rounds else [t.name for t in offered],
+                    )
+
+                with _tools.flags_collected() as flags:
+                    response, messages = self.complete_with_tools(
+                        ctx, provider, request, on_chunk, sent, budget, offered, on_request
+                    )
             else:
                 response = provider.complete(request, on_chunk=on_chunk)
         except ModelError as exc:

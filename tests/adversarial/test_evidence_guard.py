@@ -387,3 +387,66 @@ def test_code_qa_with_zero_hits_answers_from_the_safe_context(tmp_path, evil_ind
     assert {e["cause"] for e in safe} == {"no_evidence"}
     answer = result.output["final_answer"]
     assert "No evidence" in answer and "[shop::" not in answer
+
+
+@pytest.mark.parametrize("mode", ["neutralise", "drop"])
+def test_each_request_after_a_tool_round_has_a_pack_whose_drops_name_the_flagged_result(
+    tmp_path, evil_index, mode
+):
+    """The first request's pack cannot know the tool results; each later request records
+    its own, with the tool results it carries and what the detector flagged or withheld in
+    them (issue 29)."""
+    from tests.actions.tool_support import run_tools
+
+    held: list = []
+    settings = {"max_context_tokens": 4000, "evidence_budget_tokens": 2000}
+    step_tools = [*TOOLS[:1], {"name": "fetch_node_texts", "with": {"budget_tokens": 2000}}]
+    result = run_tools(
+        tmp_path,
+        evil_index,
+        step_tools,
+        TURNS,
+        settings=settings,
+        step={"on_injection": mode},
+        prepare=held.append,
+    )
+    assert result.status == "completed", result.error
+    packs = held[0].packs.packs("tools-run", "ask")
+    assert len(packs) == 3  # the first request, then one after each of the two tool rounds
+    first, after_search, after_fetch = packs
+    assert [d for d in first["drops"]["items"] if d["reason"] == "injection"] == []
+    assert [d for d in after_search["drops"]["items"] if d["reason"] == "injection"] == []
+    [flag] = [d for d in after_fetch["drops"]["items"] if d["reason"] == "injection"]
+    assert flag["id"] == f"tool:fetch_node_texts:{EVIL_NODE}"
+    assert (flag["action"], flag["round"]) == ("dropped" if mode == "drop" else "neutralised", 2)
+    assert flag["tokens_saved"] == (None if mode == "drop" else 0)
+    # every request here offers both (max_tool_rounds 4: no round was the last)
+    specs = [
+        [i["id"] for s in p["sections"] if s["type"] == "tools" for i in s["items"]]
+        for p in (first, after_search, after_fetch)
+    ]
+    for offered in specs:
+        assert [x for x in offered if x.startswith("tool:")][:2] == [
+            "tool:search_nodes",
+            "tool:fetch_node_texts",
+        ]
+    # the packs after a round hold the tool results sent (as `tools` items, not specs)
+    assert len(specs[2]) > len(specs[1]) > len(specs[0])
+    assert first["pack_id"] != after_fetch["pack_id"]
+
+
+def test_the_pack_of_the_request_after_the_last_tool_round_has_no_tool_specs(tmp_path, evil_index):
+    from tests.actions.tool_support import run_tools
+
+    held: list = []
+    result = run_tools(tmp_path, evil_index, TOOLS, TURNS, rounds=2, prepare=held.append)
+    assert result.status == "completed", result.error
+    packs = held[0].packs.packs("tools-run", "ask")
+    specs = [
+        [i["id"] for s in p["sections"] if s["type"] == "tools" for i in s["items"]] for p in packs
+    ]
+    assert [[x for x in ids if x.startswith("tool:")] for ids in specs] == [
+        ["tool:search_nodes", "tool:fetch_node_texts"],
+        ["tool:search_nodes", "tool:fetch_node_texts"],
+        [],  # the last request: the model must answer with what it has
+    ]
