@@ -138,69 +138,88 @@ def golden(args: argparse.Namespace, server: PostgresServer) -> None:
                     print(f"    missed on SQLite only: {q}")
 
 
-def latency(args: argparse.Namespace, server: PostgresServer) -> None:
-    """BM25 p50/p95 over n synthetic nodes on both backends."""
+def words_source(seed: int) -> Any:
+    """k Zipf words over benchmarks/retrieval.py's 4,000-word vocabulary (seeded)."""
     import random
 
     from benchmarks.retrieval import _vocabulary
-    from runtime.retrieval.node import Node
 
     rng = random.Random(1)
-    vocab = _vocabulary(rng)
+    vocab = _vocabulary(rng)  # the build's words continue this generator (as before)
+    if seed != 1:
+        rng = random.Random(seed)
     weights = [1 / (i + 1) for i in range(len(vocab))]
 
     def words(k: int) -> list[str]:
         return rng.choices(vocab, weights=weights, k=k)
 
-    tmp = Path(args.dir or tempfile.mkdtemp(prefix="pgindex-"))
-    path = tmp / f"big{args.nodes}.db"
+    return words, rng
+
+
+def build_sqlite(path: Path, nodes: int) -> Any:
+    """The synthetic SQLite index of `nodes` class nodes at path (built once, then reused)."""
+    from runtime.retrieval.node import Node
+
     store = open_index(str(path), create=True)
-    if not store.counts()["nodes"]:
-        t0 = time.perf_counter()
-        per_file = 500
-        with store.batch():
-            for f in range(args.nodes // per_file):
-                nodes = []
-                for j in range(per_file):
-                    a, b, c = (w.title() for w in words(3))
-                    name = f"{a}{b}Service{f}_{j}"
-                    text = (
-                        f"public class {name} {{ public Task Handle{c}Async(int id) "
-                        f"{{ return _{a.lower()}Repository.Load{b}(id); }} }} // {' '.join(words(30))}"
-                    )
-                    nodes.append(
-                        Node(
-                            f"big::main::class::{name}",
-                            "big",
-                            "main",
-                            "class",
-                            name,
-                            name,
-                            f"src/f{f}.cs",
-                            "dotnet",
-                            1,
-                            3,
-                            text,
-                        )
-                    )
-                store.replace_file(
-                    "big", "main", f"src/f{f}.cs", str(f), nodes, {"symbols": [], "deps": []}
-                )
-        store.optimize()
-        print(f"built SQLite {args.nodes} nodes in {time.perf_counter() - t0:.0f} s")
-    rng = random.Random(2)
-    queries = [" ".join(words(rng.randint(2, 4))) for _ in range(args.queries)]
-    url = server.create_database(f"big{args.nodes}")
+    if store.counts()["nodes"]:
+        return store
+    words, _ = words_source(1)
     t0 = time.perf_counter()
-    copy_index(str(path), url)
-    print(f"copied into Postgres in {time.perf_counter() - t0:.0f} s")
-    pg = open_index(url)
-    with pg.conn().store._conn() as conn:
-        conn.execute("ANALYZE")
+    per_file = 500
+    with store.batch():
+        for f in range(nodes // per_file):
+            made = []
+            for j in range(per_file):
+                a, b, c = (w.title() for w in words(3))
+                name = f"{a}{b}Service{f}_{j}"
+                text = (
+                    f"public class {name} {{ public Task Handle{c}Async(int id) "
+                    f"{{ return _{a.lower()}Repository.Load{b}(id); }} }} // {' '.join(words(30))}"
+                )
+                made.append(
+                    Node(
+                        f"big::main::class::{name}",
+                        *("big", "main", "class", name, name, f"src/f{f}.cs", "dotnet", 1, 3),
+                        text,
+                    )
+                )
+            store.replace_file(
+                "big", "main", f"src/f{f}.cs", str(f), made, {"symbols": [], "deps": []}
+            )
+    store.optimize()
+    print(f"built SQLite: {nodes} nodes in {time.perf_counter() - t0:.0f} s")
+    return store
+
+
+def latency(args: argparse.Namespace, server: PostgresServer | None) -> None:
+    """BM25 p50/p95 over n synthetic nodes on both backends."""
+    import os
+
+    tmp = Path(args.dir or tempfile.mkdtemp(prefix="pgindex-"))
+    store = build_sqlite(tmp / f"big{args.nodes}.db", args.nodes)
+    words, rng = words_source(2)
+    queries = [" ".join(words(rng.randint(2, 4))) for _ in range(args.queries)]
+    if args.url:
+        url = args.url
+    else:
+        assert server is not None
+        url = server.create_database(f"big{args.nodes}")
+    pg = open_index(url, create=True)
+    if not pg.counts()["nodes"]:
+        pg.close()
+        t0 = time.perf_counter()
+        copy_index(str(store.path), url)
+        print(f"copied into Postgres: {args.nodes} nodes in {time.perf_counter() - t0:.0f} s")
+        pg = open_index(url)
+        with pg.conn().store._conn() as conn:
+            conn.execute("ANALYZE")
     scope = Scope("big", "main")
+    print(f"load average before: {os.getloadavg()[0]:.1f}")
     print("| nodes | backend | BM25 p50 ms | p95 ms |")
     print("|---|---|---|---|")
-    for name, s in (("SQLite", store), ("Postgres", pg)):
+    backends = {"SQLite": store, "Postgres": pg}
+    for name in args.backends.split(","):
+        s = backends[name]
         for q in queries[:10]:
             s.search(q, scope=scope, top_k=8)
         times = []
@@ -210,8 +229,10 @@ def latency(args: argparse.Namespace, server: PostgresServer) -> None:
             times.append((time.perf_counter() - t0) * 1000)
         times.sort()
         print(
-            f"| {args.nodes} | {name} | {statistics.median(times):.1f} | {times[int(len(times) * 0.95)]:.1f} |"
+            f"| {args.nodes} | {name} | {statistics.median(times):.1f} |"
+            f" {times[int(len(times) * 0.95)]:.1f} |"
         )
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
 def main() -> None:
@@ -226,8 +247,14 @@ def main() -> None:
     lat.add_argument("--nodes", type=int, default=50_000)
     lat.add_argument("--queries", type=int, default=300)
     lat.add_argument("--dir", default=None, help="keep the SQLite index here (reused)")
+    lat.add_argument("--url", default=None, help="a Postgres database to use (filled if empty)")
+    lat.add_argument("--backends", default="SQLite,Postgres")
     args = ap.parse_args()
-    with PostgresServer.start() as server:
+    if args.what == "latency" and args.url:
+        latency(args, None)
+        return
+    # shared_buffers: the tests' 16MB would make a 500k-node index read from the OS cache.
+    with PostgresServer.start(shared_buffers="256MB") as server:
         (golden if args.what == "golden" else latency)(args, server)
 
 

@@ -64,7 +64,8 @@ SCHEMA = [
     "CREATE INDEX IF NOT EXISTS nodes_path ON nodes (repository, snapshot, path)",
     "CREATE INDEX IF NOT EXISTS nodes_set ON nodes (label_set, repository, snapshot)",
     """CREATE TABLE IF NOT EXISTS node_terms (term TEXT NOT NULL, node BIGINT NOT NULL,
-        name_tf INT NOT NULL, body_tf INT NOT NULL, PRIMARY KEY (term, node))""",
+        name_tf INT NOT NULL, body_tf INT NOT NULL,
+        PRIMARY KEY (term, node) INCLUDE (name_tf, body_tf))""",
     "CREATE INDEX IF NOT EXISTS node_terms_node ON node_terms (node)",
     """CREATE TABLE IF NOT EXISTS edges (from_id TEXT NOT NULL, to_id TEXT NOT NULL,
         edge_type TEXT NOT NULL, repository TEXT NOT NULL, snapshot TEXT NOT NULL,
@@ -406,20 +407,39 @@ class PostgresNodeStore(SearchPasses):
             yield
             return
         with self._conn() as conn:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")  # autocommit mode
+            # autocommit mode. JIT compiles a search's plan for longer than it runs (20-60 ms
+            # of a 100 ms query at 50k nodes); parallel workers only compete with the other
+            # searches; the hash of a common word's postings fits in 64MB of work memory.
+            conn.execute(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL jit = off;"
+                " SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL work_mem = '64MB'"
+            )
             self._local.held = conn
             try:
+                # The version cannot move inside the snapshot: read it once, not per pass.
+                self._local.version = self._version()
                 yield
             finally:
                 self._local.held = None
+                self._local.version = None
                 conn.execute("ROLLBACK")
+
+    def _version(self) -> int:
+        """The index version (moved by every write), fixed inside a snapshot."""
+        held = getattr(self._local, "version", None)
+        if held is not None and getattr(self._local, "held", None) is not None:
+            return int(held)
+        row = self.conn().execute("SELECT value FROM index_meta WHERE key = 'version'").fetchone()
+        if row is None:
+            raise StoreError(
+                f"index {self.path}: index_meta has no version row", code="INDEX_ERROR"
+            )
+        return int(row[0])
 
     def _stats(self) -> _Stats:
         """Index-wide facts, recomputed after a write (the `version` row moves)."""
         db = self.conn()
-        version = int(
-            db.execute("SELECT value FROM index_meta WHERE key = 'version'").fetchone()[0]
-        )
+        version = self._version()
         stats: _Stats | None = getattr(self._local, "stats", None)
         if stats is not None and stats.version == version:
             return stats
@@ -484,33 +504,35 @@ class PostgresNodeStore(SearchPasses):
         filters: dict[str, Any] | None,
         extra: str = "",
         extra_args: Sequence[Any] = (),
-    ) -> tuple[str, list[Any], list[list[str]], list[str]]:
-        """(SQL selecting the matching visible nodes' rowid, id, path, kind, name, length
-        and their terms' counts; its arguments; the phrases, each its terms; the terms)."""
-        tree = _parse(match)
-        phrases: list[Any] = []
-        having, hargs = _having(tree, phrases, None)
-        words = sorted({t for p, _ in phrases for t in p})
+    ) -> tuple[str, list[Any], list[Any], list[str]]:
+        """(SQL selecting the matching visible nodes' rowid, id, path, kind, name and length;
+        its arguments; the phrases, each (its terms, its column); the terms)."""
+        found = _compile(_parse(match))
+        if not found.terms:
+            return "SELECT 1 WHERE FALSE", [], found.phrases, []
+        m, margs = found.candidates()
         where, args = self._scope_sql(scope) if scope is not None else ("TRUE", [])
         fsql, fargs = self._filter_sql(filters)
         sql = (
-            "SELECT n.rowid, n.id, n.path, n.kind, n.name, n.length, array_agg(t.term),"
-            " array_agg(t.name_tf), array_agg(t.body_tf) FROM node_terms t JOIN nodes n ON"
-            f" n.rowid = t.node WHERE t.term = ANY(?) AND {where}{fsql}{extra}"
-            f" GROUP BY n.rowid HAVING {having}"
+            f"SELECT n.rowid, n.id, n.path, n.kind, n.name, n.length FROM ({m}) m"
+            f" CROSS JOIN LATERAL ({_NODE_BY_ROW}) n WHERE {where}{fsql}{extra}"
         )
-        return sql, [words, *args, *fargs, *extra_args, *hargs], phrases, words
+        return sql, [*margs, *args, *fargs, *extra_args], found.phrases, found.terms
 
-    def _scored(self, rows: list[Any], phrases: list[list[str]], scope: Scope) -> dict[int, float]:
-        """rowid -> FTS5's BM25 (positive) of each row, over the scope's visible nodes."""
+    def _figures(self, phrases: list[Any], scope: Scope) -> tuple[int, float, list[float]]:
+        """(visible nodes, their mean length, each phrase's idf) for the scope's labels.
+
+        The statistics are those of every node the caller's labels admit (FTS5 counts the
+        whole index; here a denied node weighs nothing), in any repository or snapshot:
+        the node count and mean length once per index version, each phrase's document
+        frequency once per version too, the missing ones in one query.
+        """
         self._stats()  # a write since drops the per-scope figures below
-        # The statistics are those of every node the caller's labels admit (FTS5 counts the
-        # whole index; here a denied node weighs nothing), in any repository or snapshot.
         scope = Scope(allowed_labels=scope.allowed_labels)
         key = tuple(sorted(scope.allowed_labels or ()))
         scoped: dict[Any, Any] = self._local.scoped
+        where, args = self._scope_sql(scope)
         if key not in scoped:
-            where, args = self._scope_sql(scope)
             total, avgdl = (
                 self.conn()
                 .execute(
@@ -521,44 +543,67 @@ class PostgresNodeStore(SearchPasses):
             scoped[key] = (int(total), float(avgdl), {})
         total, avgdl, dfs = scoped[key]
         # A phrase under a column filter counts the nodes holding it in that column (FTS5's).
-        wanted = [(tuple(p), c) for p, c in phrases if (tuple(p), c) not in dfs]
-        if wanted:
-            where, args = self._scope_sql(scope)
-            for words, col in dict.fromkeys(wanted):
-                cond = {"name": " AND t.name_tf > 0", "body": " AND t.body_tf > 0"}.get(
-                    col or "", ""
-                )
-                dfs[(words, col)] = int(
-                    self.conn()
-                    .execute(
-                        "SELECT count(*) FROM (SELECT t.node FROM node_terms t JOIN nodes n ON"
-                        f" n.rowid = t.node WHERE t.term = ANY(?){cond} AND {where} GROUP BY"
-                        " t.node HAVING count(*) = ?) m",
-                        [list(words), *args, len(set(words))],
-                    )
-                    .fetchone()[0]
-                )
+        wanted = list(dict.fromkeys((tuple(p), c) for p, c in phrases if (tuple(p), c) not in dfs))
+        parts: list[str] = []
+        qargs: list[Any] = []
+        for i, (words, col) in enumerate(wanted):
+            if not words:
+                dfs[(words, col)] = 0
+                continue
+            m, margs = _Compiled.conjunction(list(dict.fromkeys(words)), col)
+            parts.append(
+                f"SELECT {i}, count(*) FROM ({m}) m CROSS JOIN LATERAL ({_NODE_BY_ROW}) n"
+                f" WHERE {where}"
+            )
+            qargs += [*margs, *args]
+        if parts:
+            for i, found in self.conn().execute(" UNION ALL ".join(parts), qargs):
+                dfs[wanted[i]] = int(found)
         idf = [
             max(1e-6, math.log((total - dfs[(tuple(p), c)] + 0.5) / (dfs[(tuple(p), c)] + 0.5)))
             for p, c in phrases
         ]
-        out: dict[int, float] = {}
-        for row in rows:
-            # a phrase under `name :` counts its hits in that column only (as FTS5's)
-            counts = {
-                (term, col): (WEIGHTS[0] * name_tf if col != "body" else 0.0)
-                + (WEIGHTS[1] * body_tf if col != "name" else 0.0)
-                for term, name_tf, body_tf in zip(row[6], row[7], row[8], strict=True)
-                for col in (None, "name", "body")
-            }
-            norm = K1 * (1 - B + B * row[5] / avgdl) if avgdl else K1
-            score = 0.0
-            for weight, (phrase, col) in zip(idf, phrases, strict=True):
-                f = min(counts.get((t, col), 0.0) for t in phrase) if phrase else 0.0
-                if f:
-                    score += weight * f * (K1 + 1) / (f + norm)
-            out[row[0]] = score
-        return out
+        return total, avgdl, idf
+
+    def _ranked(
+        self,
+        match: str,
+        scope: Scope,
+        top_k: int,
+        filters: dict[str, Any] | None,
+        node: int | None = None,
+    ) -> list[tuple[int, str, str, str, str, float]]:
+        """(rowid, id, path, kind, name, BM25) of the best top_k visible matches, scored,
+        ordered (score, then id) and cut inside the query; node: that node alone."""
+        found = _compile(_parse(match))
+        if not found.terms:
+            return []
+        _, avgdl, idf = self._figures(found.phrases, scope)
+        m, margs = found.candidates(node)
+        where, args = self._scope_sql(scope)
+        fsql, fargs = self._filter_sql(filters)
+        # FTS5's BM25 term by term in the Python scorer's order of operations (float8 is
+        # the same IEEE double), so the scores are the same numbers, not close ones.
+        norm = f"{_f(K1)} * ({_f(1 - B)} + {_f(B)} * n.length / {_f(avgdl)})" if avgdl else _f(K1)
+        score = " + ".join(
+            [_f(0.0)]
+            + [
+                f"CASE WHEN m.f{i} <> 0 THEN {_f(weight)} * m.f{i} * {_f(K1 + 1)}"
+                f" / (m.f{i} + {norm}) ELSE {_f(0.0)} END"
+                for i, weight in enumerate(idf)
+            ]
+        )
+        rows = (
+            self.conn()
+            .execute(
+                f"SELECT n.rowid, n.id, n.path, n.kind, n.name, {score} AS score FROM ({m}) m"
+                f" CROSS JOIN LATERAL ({_NODE_BY_ROW}) n WHERE {where}{fsql}"
+                ' ORDER BY score DESC, n.id COLLATE "C" LIMIT ?',
+                [*margs, *args, *fargs, top_k],
+            )
+            .fetchall()
+        )
+        return [(r[0], r[1], r[2], r[3], r[4], float(r[5])) for r in rows]
 
     def _bm25(
         self, match: str, scope: Scope, top_k: int, filters: dict[str, Any] | None
@@ -566,13 +611,8 @@ class PostgresNodeStore(SearchPasses):
         """One ranked match with scope and filters applied inside the query."""
         if not match:
             return []
-        sql, args, phrases, words = self._matching(match, scope, filters)
-        if not words:
-            return []
-        rows = self.conn().execute(sql, args).fetchall()
-        scores = self._scored(rows, phrases, scope)
-        rows.sort(key=lambda r: (-scores[r[0]], r[1]))
-        return [_hit(i, r[1], scores[r[0]], r[2], r[3], r[4]) for i, r in enumerate(rows[:top_k])]
+        rows = self._ranked(match, scope, top_k, filters)
+        return [_hit(i, r[1], r[5], r[2], r[3], r[4]) for i, r in enumerate(rows)]
 
     def _doc_count(self, stats: _Stats, term: str, cap: int, scope: Scope) -> int:
         """Nodes matching one term expression among those the scope's labels admit (any
@@ -616,13 +656,9 @@ class PostgresNodeStore(SearchPasses):
         scores: dict[int, float] = {}
         for r in rows:
             word = "".join(split_identifier(r[4])) or r[4].lower()
-            sql, margs, phrases, words = self._matching(
-                f'"{word}"', scope, None, " AND n.rowid = ?", (r[0],)
-            )
-            if not words:
-                continue
-            found = self.conn().execute(sql, margs).fetchall()
-            scores[r[0]] = self._scored(found, phrases, scope).get(r[0], 0.0)
+            found = self._ranked(f'"{word}"', scope, 1, None, node=r[0])
+            if found:
+                scores[r[0]] = found[0][5]
         kinds = kinds_in(query)
         rows.sort(key=lambda r: (r[3] not in kinds, -scores.get(r[0], 0.0), r[1]))
         return [_hit(i, r[1], scores.get(r[0], 0.0), *r[2:5]) for i, r in enumerate(rows[:limit])]
@@ -850,26 +886,130 @@ def _parse(expr: str) -> Any:
     return or_() if tokens else ("or", [])
 
 
-def _having(tree: Any, phrases: list[Any], column: str | None) -> tuple[str, list[Any]]:
-    """The HAVING condition of a tree over one node's term rows, and its arguments;
-    appends each phrase's terms to phrases (its BM25 counts every one, as FTS5's)."""
+# One term's postings, from node_terms' (term, node) key (its INCLUDE columns make it an
+# index-only scan in node order, so a conjunction is a merge join of posting lists).
+_POSTINGS = "SELECT node, name_tf, body_tf FROM node_terms WHERE term = ?"
+# A candidate's node row, looked up by rowid: the planner cannot estimate the scope's
+# conditions (it takes them for one row, and then joined every node to every posting);
+# OFFSET 0 keeps this a lookup per candidate.
+_NODE_BY_ROW = (
+    "SELECT n.rowid, n.id, n.path, n.kind, n.name, n.length, n.language, n.label_set,"
+    " n.labels, n.repository, n.snapshot FROM nodes n WHERE n.rowid = m.node OFFSET 0"
+)
+
+
+def _f(value: float) -> str:
+    """A float as an exact float8 literal (repr round-trips)."""
+    return f"'{value!r}'::float8"
+
+
+class _Compiled:
+    """A match expression over node_terms: one posting list per distinct term (p0, p1, ...),
+    the condition a node's postings meet, and the phrases BM25 scores."""
+
+    def __init__(self) -> None:
+        self.terms: list[str] = []
+        self.phrases: list[tuple[list[str], str | None]] = []
+        self.cond = "TRUE"
+        self.conj = True  # every term required: inner (merge) joins instead of full joins
+
+    def alias(self, term: str) -> str:
+        """The posting list's alias for a term (one per distinct term)."""
+        if term not in self.terms:
+            self.terms.append(term)
+        return f"p{self.terms.index(term)}"
+
+    def present(self, term: str, column: str | None) -> str:
+        """A node holds the term (in that column); two-valued, so NOT works on it."""
+        p = self.alias(term)
+        if column == "name":
+            return f"coalesce({p}.name_tf, 0) > 0"
+        if column == "body":
+            return f"coalesce({p}.body_tf, 0) > 0"
+        return f"{p}.node IS NOT NULL"
+
+    def count(self, words: list[str], column: str | None) -> str:
+        """A phrase's weighted count in a node: its rarest word's (the Python scorer's f)."""
+        per: list[str] = []
+        for word in words:
+            p = self.alias(word)
+            name = f"{_f(WEIGHTS[0])} * coalesce({p}.name_tf, 0)"
+            body = f"{_f(WEIGHTS[1])} * coalesce({p}.body_tf, 0)"
+            per.append(
+                {
+                    None: f"({name} + {body})",
+                    "name": f"({name} + {_f(0.0)})",
+                    "body": f"({_f(0.0)} + {body})",
+                }.get(column, _f(0.0))
+            )
+        if not per:
+            return _f(0.0)
+        return per[0] if len(per) == 1 else f"LEAST({', '.join(per)})"
+
+    def candidates(self, node: int | None = None) -> tuple[str, list[Any]]:
+        """SQL of the matching nodes (`node`) with each phrase's count (f0, f1, ...), and
+        its arguments; node: that node alone."""
+        lists = [f"({_POSTINGS}) p{i}" for i in range(len(self.terms))]
+        if self.conj:
+            joins = lists[0] + "".join(
+                f" JOIN {p} ON p{i}.node = p0.node" for i, p in enumerate(lists[1:], 1)
+            )
+            key = "p0.node"
+        else:
+            joins = lists[0] + "".join(f" FULL JOIN {p} USING (node)" for p in lists[1:])
+            key = "node"
+        counts = "".join(
+            f", {self.count(words, col)} AS f{i}" for i, (words, col) in enumerate(self.phrases)
+        )
+        where = self.cond + (f" AND {key} = ?" if node is not None else "")
+        args: list[Any] = [*self.terms, *([node] if node is not None else [])]
+        return f"SELECT {key} AS node{counts} FROM {joins} WHERE {where}", args
+
+    @classmethod
+    def conjunction(cls, words: list[str], column: str | None) -> tuple[str, list[Any]]:
+        """SQL of the nodes holding every word (in that column), and its arguments."""
+        found = cls()
+        found.cond = " AND ".join(found.present(w, column) for w in words)
+        return found.candidates()
+
+
+def _compile(tree: Any) -> _Compiled:
+    """A parsed expression as posting lists, condition and phrases."""
+    found = _Compiled()
+    found.conj = _conjunctive(tree)
+    found.cond = _condition(tree, found, found.phrases, None)
+    return found
+
+
+def _conjunctive(tree: Any) -> bool:
+    """Whether every term of the tree is required (no OR, no NOT)."""
+    kind = tree[0]
+    if kind == "phrase":
+        return True
+    if kind == "col":
+        return _conjunctive(tree[2])
+    if kind == "and":
+        return all(_conjunctive(c) for c in tree[1])
+    return False
+
+
+def _condition(tree: Any, found: _Compiled, phrases: list[Any], column: str | None) -> str:
+    """The condition a node's postings meet for a tree; appends each phrase's terms to
+    phrases (its BM25 counts every one, as FTS5's; a NOT's right side is not scored)."""
     kind = tree[0]
     if kind == "phrase":
         words = terms().query(tree[1])
         phrases.append((words, column))
         if not words:
-            return "FALSE", []
-        cond = {"name": " AND t.name_tf > 0", "body": " AND t.body_tf > 0"}.get(column or "", "")
-        parts = [f"bool_or(t.term = ?{cond})" for _ in dict.fromkeys(words)]
-        return "(" + " AND ".join(parts) + ")", list(dict.fromkeys(words))
+            return "FALSE"
+        return "(" + " AND ".join(found.present(w, column) for w in dict.fromkeys(words)) + ")"
     if kind == "col":
-        return _having(tree[2], phrases, tree[1])
+        return _condition(tree[2], found, phrases, tree[1])
     if kind == "not":
-        left, largs = _having(tree[1], phrases, column)
-        right, rargs = _having(tree[2], [], column)
-        return f"({left} AND NOT {right})", [*largs, *rargs]
-    children = [_having(c, phrases, column) for c in tree[1]]
+        left = _condition(tree[1], found, phrases, column)
+        right = _condition(tree[2], found, [], column)
+        return f"({left} AND NOT {right})"
+    children = [_condition(c, found, phrases, column) for c in tree[1]]
     if not children:
-        return "FALSE", []
-    joined = f" {kind.upper()} ".join(c[0] for c in children)
-    return f"({joined})", [a for c in children for a in c[1]]
+        return "FALSE"
+    return "(" + f" {kind.upper()} ".join(children) + ")"
