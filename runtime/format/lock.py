@@ -98,6 +98,9 @@ def build(pipeline: Pipeline, registry: Registry) -> dict[str, Any]:
         "prompts": _prompts(pipeline),
         "models": _models(pipeline),
         "policies": {k: pipeline.settings[k] for k in POLICY_SETTINGS if k in pipeline.settings},
+        # Each file a `pipeline:` branch names, by its SHA-256: an edit there changes what
+        # the pipeline does as much as an edit of the pipeline itself.
+        "branch_pipelines": pipeline.branch_files(),
     }
 
 
@@ -378,11 +381,42 @@ def drift(
                 settings_path,
                 f"{section}.{'.'.join(map(str, path))}: {_short(was)} -> {_short(now)}",
             )
+    # Branch pipeline files (a lock written before they were locked has none to compare).
+    if "branch_pipelines" in old:
+        was_files, now_files = _obj(old.get("branch_pipelines")), new["branch_pipelines"]
+        for ref in sorted(set(was_files) | set(now_files)):
+            if was_files.get(ref) != now_files.get(ref):
+                what = (
+                    "was added"
+                    if ref not in was_files
+                    else "is no longer named"
+                    if ref not in now_files
+                    else f"changed: sha256 {_short(was_files[ref])[:12]} -> "
+                    f"{_short(now_files[ref])[:12]}"
+                )
+                at(_branch_ref_path(pipeline, ref), f"branch pipeline {ref!r} {what}")
     if old.get("pipeline") != new["pipeline"]:
         at(("name",), f"pipeline name {_short(old.get('pipeline'))} -> {_short(new['pipeline'])}")
     if old.get("runtime") != new["runtime"]:
         at((), f"runtime version {old.get('runtime')} -> {new['runtime']}")
     return out
+
+
+def _branch_ref_path(pipeline: Pipeline, ref: str) -> PathT:
+    """Where a top-level step names `ref` as a branch pipeline (its `pipeline:`), else the
+    step whose nested branches do, else the pipeline."""
+    from runtime.format.branches import branch_refs, with_branch_steps
+
+    for step in pipeline.steps:
+        own = branch_refs(step.config)
+        for name, named in own.items():
+            if named == ref:
+                if isinstance(step.config.get("pipeline"), str):
+                    return ("steps", step.index, "pipeline")
+                return ("steps", step.index, "branches", name, "pipeline")
+        if any(ref in branch_refs(c).values() for c in with_branch_steps([step.config])):
+            return ("steps", step.index)
+    return ()
 
 
 def _prompt_drift(key: str, was: Any, now: Any, base: Path, file: str, lock: Path) -> Diagnostic:

@@ -372,3 +372,60 @@ def test_update_replaces_a_drifting_older_engine_lock(tmp_path):
     assert code == 0 and "replaced" in out
     assert json.loads((pipelines / "chuck.lock.json").read_text())["lock_version"] == 2
     assert run("validate", str(pipelines / "chuck.yaml"))[0] == 0
+
+
+BRANCHED = """\
+name: fan
+settings:
+  entry_step_id: p
+steps:
+  - id: p
+    type: parallel
+    with: {item: question}
+    results_to: out
+    branches:
+      inline:
+        - {id: x, action: finalize, source: item, end: true}
+      packed:
+        pipeline: sub/pack.yaml#one
+    next: done
+  - id: done
+    action: finalize
+    source: out
+    end: true
+inputs:
+  question: {type: string}
+"""
+
+SUB = """\
+YAMLpipelines:
+  one:
+    settings: {entry_step_id: w}
+    inputs: {item: {type: string}}
+    steps:
+      - {id: w, action: finalize, source: item, end: true}
+"""
+
+
+def test_an_edited_branch_pipeline_file_is_drift_at_the_step_that_names_it(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "pack.yaml").write_text(SUB)
+    (tmp_path / "fan.yaml").write_text(BRANCHED)
+    code, out = run("lock", str(tmp_path / "fan.yaml"))
+    assert code == 0, out
+    data = json.loads((tmp_path / "fan.lock.json").read_text())
+    assert list(data["branch_pipelines"]) == ["sub/pack.yaml#one"]
+    code, out = run("validate", "--locked", str(tmp_path / "fan.yaml"), "--format", "json")
+    assert code == 0, out
+    (tmp_path / "sub" / "pack.yaml").write_text(SUB.replace("source: item", "source: question"))
+    code, out = run("validate", "--locked", str(tmp_path / "fan.yaml"), "--format", "json")
+    drifts = [d for d in json.loads(out)["diagnostics"] if d["code"] == "LOCK_DRIFT"]
+    assert code == 1 and len(drifts) == 1, out
+    [drift] = drifts
+    assert "branch pipeline 'sub/pack.yaml#one' changed" in drift["message"]
+    assert drift["line"] == BRANCHED.splitlines().index("        pipeline: sub/pack.yaml#one") + 1
+    # a lock written before branch files were locked has none to compare: no drift
+    del data["branch_pipelines"]
+    (tmp_path / "fan.lock.json").write_text(json.dumps(data))
+    code, out = run("validate", "--locked", str(tmp_path / "fan.yaml"), "--format", "json")
+    assert [d for d in json.loads(out)["diagnostics"] if d["code"] == "LOCK_DRIFT"] == []
