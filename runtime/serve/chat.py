@@ -20,6 +20,7 @@ from runtime.serve.running import (
     finish,
     outcome,
     refuse_subject,
+    usage,
     watch_disconnect,
 )
 
@@ -67,6 +68,11 @@ def read_messages(data: dict[str, Any]) -> tuple[str, list[dict[str, str]]]:
     return turns[-1]["content"], turns[:-1]
 
 
+async def model_calls(server: Server, run_id: str) -> list[dict[str, Any]]:
+    """A run's MODEL_CALL events, read from the store off the event loop."""
+    return await asyncio.to_thread(server.service.trace, run_id, type="MODEL_CALL")
+
+
 async def models(request: Request) -> Response:
     """GET /v1/models: the served pipelines, as OpenAI's model list."""
     from starlette.responses import JSONResponse
@@ -90,6 +96,16 @@ async def completions(request: Request) -> Response:
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise ServeError("SERVE_BAD_REQUEST", "`stream` must be true or false")
+    options = data.get("stream_options")
+    if options is not None and (
+        not isinstance(options, dict)
+        or not isinstance(options.get("include_usage", False), bool)
+        or set(options) - {"include_usage"}
+    ):
+        raise ServeError(
+            "SERVE_BAD_REQUEST", "`stream_options` must be {include_usage: true|false}"
+        )
+    with_usage = bool(options and options.get("include_usage"))
     question, history = read_messages(data)
     if not served.takes("question"):
         raise ServeError(
@@ -122,7 +138,7 @@ async def completions(request: Request) -> Response:
                     "finish_reason": "stop",
                 }
             ],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            "usage": usage(await model_calls(server, run_id)),
         }
         return JSONResponse(payload, headers={"X-Run-Id": run_id})
 
@@ -170,6 +186,10 @@ async def completions(request: Request) -> Response:
             if not streamed and answer:  # the answer step did not stream (a non-model answer)
                 yield chunk({"content": answer})
             yield chunk({}, "stop")
+            if with_usage:  # OpenAI's last chunk: no choices, the usage
+                event = json.loads(chunk({})[6:])
+                event.update(choices=[], usage=usage(await model_calls(server, run_id)))
+                yield f"data: {json.dumps(event)}\n\n"
             yield "data: [DONE]\n\n"
         finally:
             gone.cancel()

@@ -73,3 +73,25 @@ def finish(result: Any, served: Served) -> str:
         )
     answer = result.output.get(served.answer_key())
     return answer if isinstance(answer, str) else "" if answer is None else str(answer)
+
+
+def usage(events: list[dict[str, Any]]) -> dict[str, int]:
+    """OpenAI's `usage` of a run from its trace: over its model calls, the prompt tokens as
+    the runtime counted them with each model's tokenizer (every tool round's request), the
+    completion tokens as the server reported them."""
+    prompt = completion = 0
+    for event in events:
+        if event.get("type") != "MODEL_CALL":
+            continue
+        rounds = event.get("round_prompt_tokens")
+        if isinstance(rounds, list) and rounds:
+            prompt += sum(int(n) for n in rounds if isinstance(n, int))
+        elif isinstance(event.get("prompt_tokens"), int):
+            prompt += event["prompt_tokens"]
+        if isinstance(event.get("tokens_out"), int):
+            completion += event["tokens_out"]
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }

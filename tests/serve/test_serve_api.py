@@ -356,3 +356,53 @@ def test_the_answer_streams_from_the_model_step(tmp_path, monkeypatch):
             assert reply.choices[0].message.content == "second reply"
     finally:
         upstream.close()
+
+
+def test_usage_is_the_runs_model_calls_plain_and_streamed(tmp_path, monkeypatch):
+    """`usage` sums the run's MODEL_CALL events (the prompt as the runtime counted it, the
+    completion as the server reported it); a stream gives it in a last chunk when asked."""
+    from chat_support import Server
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    upstream = Server(["first reply", "second reply"])
+    try:
+        app = build(tmp_path, model=f"openai:m@{upstream.url}")
+        with serving(app) as url:
+            reply = client(url).chat.completions.create(
+                model="chat", messages=[{"role": "user", "content": "who writes it?"}]
+            )
+            run_id = reply.model_extra["run_id"]
+            calls = [
+                e
+                for e in httpx.get(f"{url}/runs/{run_id}/trace").json()["events"]
+                if e["type"] == "MODEL_CALL"
+            ]
+            prompt = sum(e["prompt_tokens"] for e in calls)
+            completion = sum(e["tokens_out"] for e in calls)
+            assert len(calls) == 1 and prompt > 20
+            assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (
+                prompt,
+                completion,
+            )
+            assert reply.usage.total_tokens == prompt + completion
+            stream = client(url).chat.completions.create(
+                model="chat",
+                messages=[{"role": "user", "content": "who writes it?"}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            chunks = list(stream)
+            assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == prompt
+            assert all(c.usage is None for c in chunks[:-1])
+            bad = httpx.post(
+                f"{url}/v1/chat/completions",
+                json={
+                    "model": "chat",
+                    "stream": True,
+                    "stream_options": {"include_usage": "yes"},
+                    "messages": [{"role": "user", "content": "q"}],
+                },
+            )
+            assert (bad.status_code, bad.json()["error"]["code"]) == (400, "SERVE_BAD_REQUEST")
+    finally:
+        upstream.close()
