@@ -1,4 +1,4 @@
-"""The examples of docs/access.md's Redaction and Governed exceptions sections really run."""
+"""The examples of docs/access.md's Policy engines, Redaction and Governed exceptions sections run."""
 
 from __future__ import annotations
 
@@ -77,3 +77,31 @@ def test_the_python_example_runs():
     scope = {"settings": settings}
     exec(code.replace("...", "found = lifted"), scope)
     assert scope["found"].id == "legacy-audit-export"
+
+
+def test_the_rego_example_is_the_shipped_rule_and_opa_runs_it(tmp_path):
+    from runtime.governance.access_policy import BuiltinEngine, Resource
+    from runtime.governance.engines import load_engine
+    from runtime.governance.subject import parse_subject
+    from tests.opa_support import POLICY, OpaServer
+
+    [example] = blocks("Policy engines", "rego")
+    shipped = "".join(x for x in POLICY.read_text().splitlines(True) if not x.startswith("#"))
+    assert example == shipped.lstrip("\n")
+    rule = tmp_path / "example.rego"
+    rule.write_text(example)
+    server = OpaServer(policies=(rule,))
+    try:
+        engine = load_engine({"engine": "opa", "url": server.rule_url})
+        subject = parse_subject({"tenant": "a", "clearance": ["public"]})
+        resources = [
+            Resource(f"r{i}", labels=labels)
+            for i, labels in enumerate(
+                [(), ("public",), ("internal",), ("public", "tenant:a"), ("public", "tenant:b")]
+            )
+        ]
+        answered = [d.allowed for d in engine.decide(subject, "search", resources, None)]
+    finally:
+        server.close()
+    builtin = BuiltinEngine().decide(subject, "search", resources, None)
+    assert answered == [d.allowed for d in builtin] == [True, True, False, True, False]
