@@ -550,12 +550,17 @@ class PostgresRunStore(SqliteRunStore):
         self._tx(fn)
 
     def runs(
-        self, limit: int = 50, *, status: str | None = None, pipeline: str | None = None
+        self,
+        limit: int = 50,
+        *,
+        status: str | None = None,
+        pipeline: str | None = None,
+        run_id: str | None = None,
     ) -> list[dict[str, Any]]:
         """Recent runs, newest first (as SqliteRunStore.runs)."""
         where, args = [], []
         stored = "running" if status == "interrupted" else status
-        for column, value in (("status", stored), ("pipeline", pipeline)):
+        for column, value in (("status", stored), ("pipeline", pipeline), ("id", run_id)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)

@@ -997,16 +997,21 @@ class SqliteRunStore:
 
     @_reader
     def runs(
-        self, limit: int = 50, *, status: str | None = None, pipeline: str | None = None
+        self,
+        limit: int = 50,
+        *,
+        status: str | None = None,
+        pipeline: str | None = None,
+        run_id: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Recent runs, newest first; only those with this status and pipeline name when given.
+        """Recent runs, newest first; only those with this status, pipeline name and id when given.
 
         A `running` run whose process is gone (runtime/engine/owner.py) is listed as
         `interrupted`, and `status="interrupted"` selects those.
         """
         where, args = [], []
         stored = "running" if status == "interrupted" else status
-        for column, value in (("status", stored), ("pipeline", pipeline)):
+        for column, value in (("status", stored), ("pipeline", pipeline), ("id", run_id)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)

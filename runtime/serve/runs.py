@@ -62,9 +62,8 @@ class RunsService:
         }
 
     def _row(self, run_id: str) -> dict[str, Any]:
-        for row in self.store.runs(1_000_000):
-            if row["run_id"] == run_id:
-                return dict(row)
+        for row in self.store.runs(1, run_id=run_id):  # one row, by its key
+            return dict(row)
         raise RunError(f"no run {run_id!r} in the store", code="RUN_NOT_FOUND")
 
     def _outputs(self, run_id: str) -> list[str]:

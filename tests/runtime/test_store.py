@@ -264,3 +264,13 @@ def test_nul_characters_and_the_escape_round_trip_everywhere(store_location, mod
     assert fresh.read_original("r", "ptr", 1000, 31_000) == text[1000:31_000]
     assert fresh.original_size("r", "ptr") == len(text)
     assert [e["data"]["text"] for e in fresh.events("r")] == [ODD]
+
+
+def test_runs_by_id_is_that_run_alone(store_location, mod):
+    store = open_run_store(store_location)
+    for rid in ("a", "b", "c"):
+        store.create_run(rid, mod.PIPELINE, {})
+    assert [r["run_id"] for r in store.runs(10, run_id="b")] == ["b"]
+    assert store.runs(10, run_id="nope") == []
+    assert store.runs(10, run_id="c", status="completed") == []  # both filters hold
+    assert len(store.runs(10)) == 3

@@ -392,7 +392,17 @@ def test_usage_is_the_runs_model_calls_plain_and_streamed(tmp_path, monkeypatch)
                 stream_options={"include_usage": True},
             )
             chunks = list(stream)
-            assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == prompt
+            streamed = [
+                e
+                for e in httpx.get(f"{url}/runs/{chunks[-1].model_extra['run_id']}/trace").json()[
+                    "events"
+                ]
+                if e["type"] == "MODEL_CALL"
+            ]
+            # its own run's calls (the preamble names the run: another id, other tokens)
+            assert chunks[-1].choices == []
+            assert chunks[-1].usage.prompt_tokens == sum(e["prompt_tokens"] for e in streamed)
+            assert chunks[-1].usage.completion_tokens == sum(e["tokens_out"] for e in streamed)
             assert all(c.usage is None for c in chunks[:-1])
             bad = httpx.post(
                 f"{url}/v1/chat/completions",
