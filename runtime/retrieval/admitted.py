@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,6 +147,25 @@ def frequency(score: float, weight: float, length: float, avgdl: float) -> float
     return float(round(share * K1 * (1 - B + B * length / avgdl) / ((K1 + 1.0) - share)))
 
 
+def ceiling(phrases: list[tuple[float, float]], rho: float, score: float) -> float:
+    """The most a row whose FTS5 score is at most `score` can score over the admitted
+    statistics. phrases: (admitted IDF / whole-table IDF, admitted IDF), sorted.
+
+    A phrase's part is w * g(f, D) with g = f * (k1 + 1) / (f + k1 * (1 - b + b * D /
+    avgdl)); the admitted g is at most rho = max(1, admitted avgdl / whole avgdl) times the
+    whole-table one, and always under k1 + 1. So the phrases with the lowest ratios are
+    bounded together by rho * their largest ratio * score, each other one by (k1 + 1) *
+    its admitted IDF; the least of these splits is the bound (a ratio is huge where a
+    word is in half of all nodes, FTS5's floor, but not of the admitted ones).
+    """
+    best = (K1 + 1.0) * sum(mine for _, mine in phrases)  # no phrase bounded by the ratio
+    rest = best
+    for ratio, mine in phrases:
+        rest -= (K1 + 1.0) * mine
+        best = min(best, rho * ratio * score + rest)
+    return best
+
+
 @dataclass
 class Lengths:
     """Every row's length and label-set token, and each set's rows and tokens (one index
@@ -192,10 +212,11 @@ class Admitted:
     visible: frozenset[str]  # the label-set tokens admitted
     nodes: int
     tokens: int
-    # (phrase, column) -> (admitted rows holding it, rowid -> weighted hits)
-    phrases: dict[tuple[str, str | None], tuple[int, dict[int, float]]] = field(
-        default_factory=dict
-    )
+    # (phrase, column) -> admitted rows holding it
+    counts: dict[tuple[str, str | None], int] = field(default_factory=dict)
+    # (phrase, column) -> rowid -> weighted hits (ABSENT: the row does not hold it), for
+    # the rows scored so far
+    hits: dict[tuple[str, str | None], dict[int, float]] = field(default_factory=dict)
     cached_rows: int = 0
 
     @property
@@ -206,3 +227,49 @@ class Admitted:
     def within(self, expr: str) -> str:
         """expr matched on admitted rows only."""
         return f"({expr}) NOT {self.restrict}" if self.negate else f"({expr}) AND {self.restrict}"
+
+
+ABSENT = -1.0
+_TOKENIZER = "porter unicode61 remove_diacritics 2"  # the node index's (nodestore._SCHEMA)
+
+
+class Scratch:
+    """An in-memory FTS5 table with the index's columns and tokenizer: a few rows copied
+    in, each phrase's weighted hits in each row read back (one per thread)."""
+
+    def __init__(self) -> None:
+        self.db = sqlite3.connect(":memory:")
+        self.made = False
+
+    def hits(
+        self,
+        rows: list[tuple[int, str, str, str]],
+        found: list[tuple[str, str | None]],
+    ) -> dict[tuple[str, str | None], dict[int, float]]:
+        """(text, column) -> rowid -> weighted hits (ABSENT: not held) for rows given as
+        (rowid, name, body, meta) as the index stores them."""
+        db = self.db
+        if not self.made:
+            # Contentless: only the tokens are kept, and 'delete-all' empties it entirely
+            # (rows deleted one by one would stay in its segments).
+            db.execute(
+                "CREATE VIRTUAL TABLE m USING fts5(name, body, meta, content = '', "
+                f"tokenize = '{_TOKENIZER}')"
+            )
+            self.made = True
+        db.execute("INSERT INTO m (m) VALUES ('delete-all')")
+        db.executemany("INSERT INTO m (rowid, name, body, meta) VALUES (?, ?, ?, ?)", rows)
+        lengths = {rowid: sizes(blob) for rowid, blob in db.execute("SELECT id, sz FROM m_docsize")}
+        avgdl = sum(lengths.values()) / len(lengths)
+        out: dict[tuple[str, str | None], dict[int, float]] = {}
+        for key in dict.fromkeys(found):
+            held = db.execute(
+                "SELECT rowid, bm25(m, 4.0, 1.0, 0.0) FROM m WHERE m MATCH ?",
+                (phrase_query(*key),),
+            ).fetchall()
+            weight = idf(len(lengths), len(held))
+            got = dict.fromkeys(lengths, ABSENT)
+            for rowid, score in held:
+                got[rowid] = frequency(-score, weight, lengths[rowid], avgdl)
+            out[key] = got
+        return out

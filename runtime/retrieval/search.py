@@ -870,66 +870,127 @@ class SearchPasses:
             found = stats.admitted["lengths"] = adm.Lengths.read(rows)
         return found
 
-    def _phrase(
-        self, acc: adm.Admitted, text: str, column: str | None
-    ) -> tuple[int, dict[int, float]]:
-        """(admitted rows holding a phrase, rowid -> its weighted hits there), cached.
+    def _phrase_count(self, acc: adm.Admitted, text: str, column: str | None) -> int:
+        """Admitted rows holding a phrase, counted in the full-text index by the admitted
+        set tokens (cached until the index changes).
 
-        One FTS5 query over the admitted rows holding it: its one-phrase bm25() there,
-        made with the whole table's figures, gives each row's weighted hits back exactly.
+        At most the admitted node count, which is made from the nodes' stored labels: on
+        an index whose meta column was edited to claim a visible set for a hidden node,
+        the two may disagree (the node stays hidden; its words may weigh).
         """
-        found = acc.phrases.get((text, column))
-        if found is not None:
-            return found
-        stats = self._stats()
-        whole = self._lengths(stats)
-        query = adm.phrase_query(text, column)
-        key = ("whole", text, column)
-        if key not in stats.admitted:
-            count = self.conn().execute(
-                "SELECT count(*) FROM nodes_fts WHERE nodes_fts MATCH ?", (query,)
+        key = (text, column)
+        if key not in acc.counts:
+            found = self.conn().execute(
+                "SELECT count(*) FROM nodes_fts WHERE nodes_fts MATCH ?",
+                (acc.within(adm.phrase_query(text, column)),),
             )
-            stats.admitted[key] = int(count.fetchone()[0])
-        weight = adm.idf(whole.total_rows, stats.admitted[key])
-        avgdl = whole.total_tokens / whole.total_rows
-        # The match narrows to the admitted set tokens; the rows are kept by their nodes'
-        # stored labels, as the node count is made (a damaged index's meta column that
-        # claims a visible set for a hidden node adds nothing here).
-        hits = {
-            rowid: adm.frequency(-score, weight, whole.rows[rowid], avgdl)
-            for rowid, score in self.conn().execute(
-                f"SELECT rowid, {_BM25} FROM nodes_fts WHERE nodes_fts MATCH ?",
-                (acc.within(query),),
-            )
-            if whole.tokens.get(rowid) in acc.visible
-        }
-        if acc.cached_rows + len(hits) > adm.CACHE_ROWS:
-            acc.phrases.clear()
-            acc.cached_rows = 0
-        acc.phrases[(text, column)] = found = (len(hits), hits)
-        acc.cached_rows += len(hits)
-        return found
+            acc.counts[key] = min(int(found.fetchone()[0]), acc.nodes)
+        return acc.counts[key]
+
+    def _row_hits(
+        self, acc: adm.Admitted, found: list[tuple[str, str | None]], rowids: Sequence[int]
+    ) -> list[dict[int, float]]:
+        """Per phrase, rowid -> its weighted hits in each of rowids (adm.ABSENT: not held):
+        the rows not read yet are copied into an in-memory FTS5 table (adm.Scratch) and
+        each phrase's one-phrase bm25() there read back as an exact count."""
+        keys = list(dict.fromkeys(found))
+        missing = sorted({r for k in keys for r in rowids if r not in acc.hits.get(k, {})})
+        if missing:
+            if acc.cached_rows > adm.CACHE_ROWS:
+                acc.hits.clear()
+                acc.cached_rows = 0
+                missing = sorted(set(rowids))
+            texts: list[tuple[int, str, str, str]] = []
+            db = self.conn()
+            for start in range(0, len(missing), 500):
+                chunk = missing[start : start + 500]
+                # FTS5's content table (rowid IN on the virtual table scans all of it).
+                texts += db.execute(
+                    "SELECT id, c0, c1, c2 FROM nodes_fts_content "
+                    f"WHERE id IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+            scratch: adm.Scratch | None = getattr(self._local, "scratch", None)
+            if scratch is None:
+                scratch = self._local.scratch = adm.Scratch()
+            for key, got in scratch.hits(texts, keys).items():
+                acc.hits.setdefault(key, {}).update(got)
+                acc.cached_rows += len(got)
+        return [acc.hits[k] for k in found]
 
     def _admitted_scores(
         self, acc: adm.Admitted, match: str, rowids: Sequence[int]
     ) -> dict[int, float]:
         """rowid -> FTS5's bm25() of match (negative, as FTS5 returns it) over the admitted
         statistics: the score an index of the admitted nodes alone would give."""
+        if not rowids:
+            return {}
         tree, found = adm.parse(match)
-        parts = [self._phrase(acc, text, column) for text, column in found]
-        weights = [adm.idf(acc.nodes, n) for n, _ in parts]
+        weights = [adm.idf(acc.nodes, self._phrase_count(acc, t, c)) for t, c in found]
+        hits = self._row_hits(acc, found, rowids)
         avgdl = acc.avgdl
         lengths = self._lengths(self._stats()).rows
         out: dict[int, float] = {}
         for rowid in rowids:
             length = float(lengths[rowid])
+            held = {i for i, h in enumerate(hits) if h[rowid] != adm.ABSENT}
             score = 0.0
             # in the phrases' order, as FTS5 adds them (a phrase not counted adds 0.0)
-            held = {i for i, (_, hits) in enumerate(parts) if rowid in hits}
             for i in sorted(adm.counted(tree, held.__contains__) or ()):
-                score += adm.term(weights[i], parts[i][1][rowid], length, avgdl)
+                score += adm.term(weights[i], hits[i][rowid], length, avgdl)
             out[rowid] = -1.0 * score
         return out
+
+    def _top_admitted(
+        self, acc: adm.Admitted, match: str, expr: str, want: int
+    ) -> tuple[list[int], dict[int, float], bool]:
+        """(the first `want` matches of expr by admitted score then rowid, rowid -> score
+        (negative), whether every match was scored).
+
+        Walks down FTS5's own order (whole-table bm25(), computed in C) and scores the rows
+        it passes exactly, until no row further down can enter (adm.ceiling bounds the
+        admitted score of a row by its FTS5 score).
+        """
+        stats = self._stats()
+        whole = self._lengths(stats)
+        _, found = adm.parse(match)
+        phrases: list[tuple[float, float]] = []  # (admitted / whole-table IDF, admitted IDF)
+        for text, column in found:
+            mine = adm.idf(acc.nodes, self._phrase_count(acc, text, column))
+            key = ("whole", text, column)
+            if key not in stats.admitted:
+                count = self.conn().execute(
+                    "SELECT count(*) FROM nodes_fts WHERE nodes_fts MATCH ?",
+                    (adm.phrase_query(text, column),),
+                )
+                stats.admitted[key] = int(count.fetchone()[0])
+            theirs = adm.idf(whole.total_rows, stats.admitted[key])
+            phrases.append((mine / theirs, mine))
+        phrases.sort()
+        rho = max(1.0, acc.avgdl * whole.total_rows / whole.total_tokens)
+        scores: dict[int, float] = {}
+        limit = max(2 * want, 32)
+        while True:
+            rows = (
+                self.conn()
+                .execute(
+                    f"SELECT rowid, {_BM25} AS score FROM nodes_fts WHERE nodes_fts MATCH ? "
+                    "ORDER BY score, rowid LIMIT ?",
+                    (expr, limit),
+                )
+                .fetchall()
+            )
+            scores.update(
+                self._admitted_scores(acc, match, [r for r, _ in rows if r not in scores])
+            )
+            order = sorted(scores, key=lambda r: (scores[r], r))
+            if len(rows) < limit:
+                return order, scores, True
+            # Float slack on the bound: the scores compared are computed, not exact.
+            bound = adm.ceiling(phrases, rho, -rows[-1][1]) * (1 + 1e-9) + 1e-12
+            if len(order) >= want and -scores[order[want - 1]] > bound:
+                return order[:want], scores, False
+            limit *= 4
 
     def scope_names(self) -> tuple[frozenset[str], frozenset[str]]:
         """(repositories, snapshots) the index holds (cached with its statistics)."""
@@ -1044,29 +1105,29 @@ class SearchPasses:
         top_k: int,
         prefix: str | None,
     ) -> list[dict[str, Any]]:
-        """_bm25 for a scope that does not admit every node: every match scored over the
-        admitted statistics (adm), then the same window, scope check and path prefix."""
+        """_bm25 for a scope that does not admit every node: the matches ranked by their
+        admitted scores (see _top_admitted), then the same window, scope check and path
+        prefix as FTS5's ranking gets."""
         db = self.conn()
-        rowids = [
-            r[0] for r in db.execute("SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ?", (expr,))
-        ]
-        scores = self._admitted_scores(acc, match, rowids)
-        order = sorted(rowids, key=lambda r: (scores[r], r))
         where, args = where_args
         window = top_k if not prefix else max(top_k * 8, 64)
         while True:
+            head, scores, every = self._top_admitted(acc, match, expr, window)
+            head = head[:window]
             rows: list[tuple[Any, ...]] = []
-            head = order[:window]
             for start in range(0, len(head), 500):
                 chunk = head[start : start + 500]
+                # CROSS JOIN: looked up by rowid (the planner would rather scan the
+                # scope's repository through its index).
                 rows += db.execute(
-                    f"SELECT n.rowid, n.id, n.path, n.kind, n.name FROM nodes n "
-                    f"WHERE n.rowid IN ({','.join('?' * len(chunk))}) "
-                    "AND (? IS NULL OR substr(n.path, 1, length(?)) = ?) "
+                    "SELECT n.rowid, n.id, n.path, n.kind, n.name FROM (VALUES "
+                    f"{','.join(['(?)'] * len(chunk))}) v CROSS JOIN nodes n "
+                    "ON n.rowid = v.column1 "
+                    "WHERE (? IS NULL OR substr(n.path, 1, length(?)) = ?) "
                     f"AND {where}",
                     [*chunk, prefix, prefix, prefix, *args],
                 ).fetchall()
-            if len(rows) >= top_k or not prefix or len(order) <= window:
+            if len(rows) >= top_k or not prefix or (every and len(head) < window):
                 break
             window *= 8
         rows.sort(key=lambda r: (scores[r[0]], r[1]))

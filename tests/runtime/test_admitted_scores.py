@@ -25,6 +25,7 @@ import pytest
 from runtime.retrieval.indexer import index_paths
 from runtime.retrieval.node import Scope
 from runtime.retrieval.nodestore import SqliteNodeStore, open_store
+from runtime.retrieval.search import _BM25
 
 ROOT = Path(__file__).resolve().parents[2]
 REPOS = [
@@ -232,3 +233,126 @@ def test_half_the_nodes_is_half_the_admitted_nodes(tmp_path):
     with store._snapshot():
         assert '"order"' not in store._informative_all(q, Scope())
         assert '"order"' in store._informative_all(q, Scope(allowed_labels=("internal",)))
+
+
+def test_a_rare_admitted_word_ranks_first_though_fts5_ranks_it_last(tmp_path):
+    """The ranking walks down FTS5's own order and stops once no row further down can
+    enter the top: "beta" is in 405 of 505 nodes (FTS5 weighs it nothing) but in 5 of
+    the 105 the subject may see, where it is the rarest word, so those five rank first,
+    though FTS5 puts them below the 100 "alpha" nodes."""
+    from runtime.retrieval.node import Node
+
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    texts = [(f"A{i}", "alpha " * (1 + i % 4) + f"filler{i}", []) for i in range(100)]
+    texts += [(f"B{i}", f"beta words{i}", []) for i in range(5)]
+    texts += [(f"H{i}", f"beta hidden{i}", ["internal"]) for i in range(400)]
+    rows = []
+    for name, text, labels in texts:
+        rows.append(
+            Node(
+                f"r::main::function::{name}",
+                "r",
+                "main",
+                "function",
+                name,
+                name,
+                f"{name}.py",
+                "python",
+                1,
+                2,
+                text,
+                labels=labels,
+            )
+        )
+    store.replace_file("r", "main", "all.py", "1", rows, {"symbols": [], "deps": []})
+    ref = admitted_only(store, Scope(), tmp_path / "ref.db")
+    with store._snapshot():
+        got = store._bm25('"alpha" OR "beta"', Scope(), 40, None)
+    with ref._snapshot():
+        want = ref._bm25('"alpha" OR "beta"', Scope(), 40, None)
+    assert got == want
+    assert {h["id"][-2:] for h in got[:5]} == {f"B{i}" for i in range(5)}
+    for q in ("alpha beta", "beta", "alpha"):
+        assert searched(store, q, Scope()) == searched(ref, q, Scope()), q
+
+
+def test_the_walk_stops_only_when_no_lower_row_can_rise(tmp_path):
+    """Both words weigh more where only the admitted nodes count, "xray" ten times more
+    (its nodes are almost all hidden), "yankee" 1.7 times: the five xray nodes, last in
+    FTS5's order, rank first once the statistics are the subject's."""
+    from runtime.retrieval.node import Node
+
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    texts = [(f"Y{i}", "yankee " * (1 + i % 4) + f"filler{i}", []) for i in range(100)]
+    texts += [(f"X{i}", f"xray words{i}", []) for i in range(5)]
+    texts += [(f"P{i}", f"plain{i}", []) for i in range(195)]
+    texts += [(f"HY{i}", f"yankee hidden{i}", ["internal"]) for i in range(300)]
+    texts += [(f"HX{i}", f"xray hidden{i}", ["internal"]) for i in range(400)]
+    rows = [
+        Node(
+            f"r::main::function::{name}",
+            "r",
+            "main",
+            "function",
+            name,
+            name,
+            f"{name}.py",
+            "python",
+            1,
+            2,
+            text,
+            labels=labels,
+        )
+        for name, text, labels in texts
+    ]
+    store.replace_file("r", "main", "all.py", "1", rows, {"symbols": [], "deps": []})
+    ref = admitted_only(store, Scope(), tmp_path / "ref.db")
+    with store._snapshot():
+        got = store._bm25('"yankee" OR "xray"', Scope(), 40, None)
+    with ref._snapshot():
+        want = ref._bm25('"yankee" OR "xray"', Scope(), 40, None)
+    assert got == want
+    assert {h["id"][-2:] for h in got[:5]} == {f"X{i}" for i in range(5)}
+
+
+def test_longer_admitted_nodes_soften_the_length_penalty(tmp_path):
+    """The hidden nodes are short, so over all nodes the mean length is small and a long
+    node is ranked far down; over the admitted nodes alone (long on average) the long
+    nodes saying "zulu" three times rank above the short ones saying it once."""
+    from runtime.retrieval.node import Node
+
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    filler = " ".join(f"w{j}" for j in range(15))
+    texts = [(f"S{i}", f"zulu a{i}", []) for i in range(60)]
+    texts += [(f"L{i}", f"zulu zulu zulu {filler}", []) for i in range(60)]
+    texts += [(f"V{i}", f"other {filler}", []) for i in range(200)]
+    texts += [(f"H{i}", "h", ["internal"]) for i in range(3000)]
+    rows = [
+        Node(
+            f"r::main::function::{n}",
+            "r",
+            "main",
+            "function",
+            n,
+            n,
+            "x.py",
+            "python",
+            1,
+            2,
+            text,
+            labels=labels,
+        )
+        for n, text, labels in texts
+    ]
+    store.replace_file("r", "main", "x.py", "1", rows, {"symbols": [], "deps": []})
+    ref = admitted_only(store, Scope(), tmp_path / "ref.db")
+    with store._snapshot():
+        got = store._bm25('"zulu"', Scope(), 40, None)
+        first = store.conn().execute(
+            f"SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH 'zulu' ORDER BY {_BM25} LIMIT 1"
+        )
+        assert first.fetchone()[0] == 1  # FTS5 ranks the short S0 first
+    with ref._snapshot():
+        want = ref._bm25('"zulu"', Scope(), 40, None)
+    assert got == want
+    assert {h["id"].rsplit(":", 1)[1][0] for h in got} == {"L"}
