@@ -172,6 +172,25 @@ def _value(value: Any) -> str:
     return f'<pre class="value">{esc(text)}</pre>'
 
 
+# A run page shows at most this many steps, model calls and context packs (the first ones):
+# a run of 100k steps would otherwise be a page of megabytes that no browser lays out. The
+# rest are in the JSON API (GET /runs/{id}/trace, /context), which the note links.
+MAX_STEPS = 500
+MAX_CALLS = 100
+MAX_PACKS = 100
+
+
+def _more(shown: int, total: int, what: str, rid: str, path: str) -> str:
+    """The note under a list cut at its cap (empty when nothing was cut)."""
+    if total <= shown:
+        return ""
+    href = f"/runs/{quote(rid, safe='')}/{path}"
+    return (
+        f'<p class="more">The first {shown} of {total} {what}; all of them: '
+        f'<a href="{esc(href)}">{esc(href)}</a> (JSON).</p>'
+    )
+
+
 def run_page(
     run: Mapping[str, Any],
     events: Sequence[Mapping[str, Any]],
@@ -214,9 +233,13 @@ def run_page(
         body.append("<h2>Inputs</h2>" + _value(run["inputs"]))
     if run.get("output") is not None:
         body.append('<h2>Output</h2><div id="output">' + _value(run["output"]) + "</div>")
-    body.append(_timeline(steps))
-    body.append(_calls(events))
-    body.append(_packs(packs))
+    body.append(_timeline(steps[:MAX_STEPS]))
+    body.append(_more(min(len(steps), MAX_STEPS), len(steps), "steps", rid, "trace"))
+    calls = [e for e in events if e.get("type") == "MODEL_CALL"]
+    body.append(_calls(calls[:MAX_CALLS], len(calls)))
+    body.append(_more(min(len(calls), MAX_CALLS), len(calls), "model calls", rid, "trace"))
+    body.append(_packs(packs[:MAX_PACKS]))
+    body.append(_more(min(len(packs), MAX_PACKS), len(packs), "context packs", rid, "context"))
     body.append('<section id="graph"><h2>Pipeline graph</h2>')
     if graph:
         body.append(graph_svg(graph, [s["step_id"] for s in steps]))
@@ -249,9 +272,8 @@ def _timeline(steps: Sequence[Mapping[str, Any]]) -> str:
     return "".join(out)
 
 
-def _calls(events: Sequence[Mapping[str, Any]]) -> str:
-    calls = [e for e in events if e.get("type") == "MODEL_CALL"]
-    out = [f'<section id="calls"><h2>Model calls ({len(calls)})</h2>']
+def _calls(calls: Sequence[Mapping[str, Any]], total: int) -> str:
+    out = [f'<section id="calls"><h2>Model calls ({total})</h2>']
     for n, c in enumerate(calls, 1):
         about = ", ".join(
             f"{label} {esc(c[key])}"

@@ -15,6 +15,7 @@ Routes:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
@@ -156,14 +157,19 @@ def inspector_routes(runs: RunsReader) -> list[BaseRoute]:
         run = found(run_id)
         if run is None:
             return html(_pages.not_found(run_id), 404)
-        page = _pages.run_page(
-            run,
-            runs.trace(run_id),
-            runs.packs(run_id),
-            runs.graph(run_id),
-            runs.eval_reports(run_id),
-        )
-        return html(page)
+
+        def build() -> str:
+            return _pages.run_page(
+                run,
+                runs.trace(run_id),
+                runs.packs(run_id),
+                runs.graph(run_id),
+                runs.eval_reports(run_id),
+            )
+
+        # Reading a long run's trace and drawing it takes a while: off the event loop, so
+        # the server keeps answering meanwhile.
+        return html(await asyncio.to_thread(build))
 
     async def run_json(request: Request) -> Response:
         run_id = request.path_params["run_id"]

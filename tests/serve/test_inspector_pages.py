@@ -217,3 +217,32 @@ def test_hostile_values_are_escaped_in_every_page(url):
         assert "\x1b" not in page
     page = get(url, "/inspect/runs/hostile").text
     assert html.escape(HOSTILE.replace("\x1b", "\\x1b"), quote=True) in page
+
+
+def test_a_huge_run_page_shows_the_first_rows_and_links_the_rest():
+    """A run of 1,200 steps and 150 model calls: the page holds the caps, says how many
+    there are and links the JSON that has them all."""
+    from runtime.serve import _pages
+
+    events = []
+    for n in range(1200):
+        events.append(
+            {"seq": 2 * n, "type": "STEP", "step_id": f"s{n % 7}", "action": "a", "ts": n,
+             "duration_ms": 1.0, "outcome": "next", "next": "s", "attempt": 1}
+        )  # fmt: skip
+        if n < 150:
+            events.append(
+                {"seq": 2 * n + 1, "type": "MODEL_CALL", "step_id": "s0", "model": "m",
+                 "tokens_in": 1, "tokens_out": 1, "prompt_tokens": 1, "messages": [],
+                 "response": "r"}
+            )  # fmt: skip
+    run = {"run_id": "big/run", "status": "completed", "pipeline": "p"}
+    page = _pages.run_page(run, events, [], None, [])
+    rows = re.findall(r"<tr(?: class=\"failed\")?><td>\d+</td>", page)
+    assert len(rows) == _pages.MAX_STEPS
+    assert f"The first {_pages.MAX_STEPS} of 1200 steps" in text_of(page)
+    assert "Model calls (150)" in page
+    assert f"The first {_pages.MAX_CALLS} of 150 model calls" in text_of(page)
+    assert 'href="/runs/big%2Frun/trace"' in page
+    small = _pages.run_page(run, events[:20], [], None, [])
+    assert "The first" not in text_of(small)
