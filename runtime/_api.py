@@ -32,6 +32,9 @@ class _EitherEvent(threading.Event):
     def __init__(self, other: threading.Event | None) -> None:
         super().__init__()
         self._other = other
+        # Why it was set, when the canceller said (a task cancelled with a message): the
+        # run's RUN_FAILED event and error carry it.
+        self.reason: str | None = None
 
     def is_set(self) -> bool:
         """True once either event is set (the engine asks before every step)."""
@@ -184,7 +187,9 @@ class Runner:
         try:
             # shield: a cancel must reach the run through `stop`, not abandon its thread.
             return await asyncio.shield(work)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            if exc.args and isinstance(exc.args[0], str):
+                stop.reason = exc.args[0][:200]
             stop.set()
             await asyncio.wait({work})  # the current step finishes, then RUN_CANCELLED
             if not work.cancelled():

@@ -498,7 +498,10 @@ class Engine:
                 pos.step_id, pos.arrival, pos.arrival_from = None, ctx.arrival, ctx.arrival_from
                 return
             if cancel is not None and cancel.is_set():
-                raise RunCancelledError("the run was cancelled", step_id=step_id)
+                why = getattr(cancel, "reason", None)
+                raise RunCancelledError(
+                    "the run was cancelled" + (f": {why}" if why else ""), step_id=step_id
+                )
             if count >= limit:
                 raise MaxStepsExceededError(f"run took more than {limit} steps", step_id=step_id)
             if shared is not None and not shared.take():

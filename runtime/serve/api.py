@@ -109,7 +109,7 @@ async def cancel_run(request: Request) -> Response:
     """POST /runs/{id}/cancel: cancel a run this server has going (202); else its state (409)."""
     server = _server(request)
     run_id = request.path_params["run_id"]
-    if server.runs.cancel(run_id):
+    if server.runs.cancel(run_id, "cancelled by POST /runs/{id}/cancel"):
         return _json({"run_id": run_id, "status": "cancelling"}, 202)
     run = server.service.get_run(run_id)  # RUN_NOT_FOUND: 404
     message = f"run {run_id} is not running in this server (it is {run['status']})"

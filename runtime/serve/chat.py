@@ -196,7 +196,7 @@ async def completions(request: Request) -> Response:
             if getter is not None:
                 getter.cancel()
             if not task.done():  # the client went away mid-stream: its run is cancelled
-                server.runs.cancel(run_id)
+                server.runs.cancel(run_id, "the client closed the stream")
                 await asyncio.wait({task})
 
     return StreamingResponse(

@@ -42,7 +42,7 @@ async def watch_disconnect(
     finally:
         gone.cancel()
     if not task.done():
-        runs.cancel(run_id)
+        runs.cancel(run_id, "the client disconnected before the run ended")
         await asyncio.wait({task})
     return outcome(task, run_id)
 

@@ -131,11 +131,21 @@ class Runs:
         subject: Mapping[str, Any] | None,
         run_id: str,
     ) -> Any:
+        work = asyncio.ensure_future(served.runner.arun(inputs, run_id=run_id, subject=subject))
         try:
-            return await asyncio.wait_for(
-                served.runner.arun(inputs, run_id=run_id, subject=subject),
-                timeout=self.limits.deadline,
-            )
+            done, _ = await asyncio.wait({work}, timeout=self.limits.deadline)
+            if not done:
+                work.cancel(f"the server's deadline of {self.limits.deadline:g} s passed")
+                await asyncio.wait({work})
+                if not work.cancelled() and work.exception() is None:
+                    return work.result()  # it ended just as the deadline passed
+                raise TimeoutError
+            return work.result()
+        except asyncio.CancelledError as exc:
+            if not work.done():  # this task was cancelled: the run is, with the reason given
+                work.cancel(exc.args[0] if exc.args else None)
+                await asyncio.wait({work})
+            raise
         except TimeoutError:
             self.ended_by_deadline.add(run_id)
             raise ServeError(
@@ -148,10 +158,11 @@ class Runs:
             self.active.pop(run_id, None)
             self.pool.release()
 
-    def cancel(self, run_id: str) -> bool:
-        """Cancel a run this server has going; False when it has none by this id."""
+    def cancel(self, run_id: str, reason: str) -> bool:
+        """Cancel a run this server has going, saying why (its RUN_FAILED event and error
+        carry the reason); False when it has none by this id."""
         task = self.active.get(run_id)
         if task is None:
             return False
-        task.cancel()
+        task.cancel(reason)
         return True

@@ -230,6 +230,8 @@ def test_over_the_pool_is_429_with_retry_after(tmp_path):
                 )
             )
             assert run["error"]["code"] == "RUN_CANCELLED"
+            # the trace says who cancelled it
+            assert "cancelled by POST /runs/{id}/cancel" in run["error"]["message"]
         wait_for(lambda: httpx.get(f"{url}/healthz").json()["active_runs"] == 0)
         again = httpx.post(
             f"{url}/runs?wait=true", json={"pipeline": "echo", "inputs": {"question": "q"}}
@@ -269,6 +271,7 @@ def test_a_run_over_the_deadline_is_cancelled_504(tmp_path):
         assert (got.status_code, got.json()["error"]["code"]) == (504, "SERVE_DEADLINE")
         run = httpx.get(f"{url}/runs/{got.headers['x-run-id']}").json()
         assert run["status"] == "failed" and run["error"]["code"] == "RUN_CANCELLED"
+        assert "the server's deadline of 0.3 s passed" in run["error"]["message"]
         chat = httpx.post(
             f"{url}/v1/chat/completions",
             json={"model": "slow", "messages": [{"role": "user", "content": "q"}]},
@@ -278,7 +281,7 @@ def test_a_run_over_the_deadline_is_cancelled_504(tmp_path):
         assert (events[-1]["type"], events[-1]["code"]) == ("RUN_FAILED", "RUN_CANCELLED")
 
 
-def _cancelled_by_disconnect(url: str) -> None:
+def _cancelled_by_disconnect(url: str, why: str = "the client disconnected") -> None:
     # the connection was closed mid-run: the newest slow run ends cancelled, traced
     run_id = httpx.get(f"{url}/runs", params={"pipeline": "slow"}).json()["runs"][0]["run_id"]
     run = wait_for(
@@ -288,6 +291,7 @@ def _cancelled_by_disconnect(url: str) -> None:
     assert run["steps"] < 40
     events = httpx.get(f"{url}/runs/{run_id}/trace").json()["events"]
     assert (events[-1]["type"], events[-1]["code"]) == ("RUN_FAILED", "RUN_CANCELLED")
+    assert why in events[-1]["message"]
 
 
 def test_a_streaming_client_that_disconnects_cancels_its_run(tmp_path):
@@ -303,7 +307,7 @@ def test_a_streaming_client_that_disconnects_cancels_its_run(tmp_path):
             lines = got.iter_lines()  # kept: a dropped iterator closes the connection
             assert next(lines).startswith("data: ")  # the first chunk: the run is going
             assert Nap.entered.wait(10)
-        _cancelled_by_disconnect(url)
+        _cancelled_by_disconnect(url, "the client closed the stream")
 
 
 @pytest.mark.parametrize(
