@@ -13,7 +13,8 @@ memories_option = click.option(
     "--memories",
     "memory_path",
     type=click.Path(dir_okay=False),
-    help="Memory store (default $RUNTIME_MEMORIES, else memories.db beside the index).",
+    help="Memory store: a file or postgresql://... (default $RUNTIME_MEMORIES, else "
+    "memories.db beside the index, or a postgresql:// index's database).",
 )
 index_option = click.option(
     "--index",
