@@ -30,7 +30,6 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from runtime.engine import ledger as _ledger
 from runtime.engine.owner import is_gone
@@ -38,30 +37,13 @@ from runtime.engine.store import DURABILITY, SqliteRunStore, _owner, _RunMemo
 from runtime.errors import RunError, StoreError
 from runtime.governance.ledger import key_from_env
 from runtime.net import pgtext
+from runtime.net.pgurl import display, is_url, scrub  # noqa: F401 (re-exported)
 
-SCHEMES = ("postgresql://", "postgres://")
 MIGRATIONS_TABLE = "run_store_migrations"
 # pg_advisory_xact_lock key: "step-runtime run store" (any fixed bigint; the index uses another)
 LOCK_KEY = 0x5352_756E_5374_6F72
 POOL_MAX_ENV = "RUNTIME_STORE_POOL_MAX"
 TIMEOUT_ENV = "RUNTIME_STORE_TIMEOUT"
-
-
-def is_url(location: str | None) -> bool:
-    """Whether a --store value names a Postgres database."""
-    return bool(location) and str(location).startswith(SCHEMES)
-
-
-def display(url: str) -> str:
-    """The URL with its password hidden (it appears in messages and `runtime runs`)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
 
 
 # --- schema: the SQLite store's tables, in the SQLite store's column order -------------------
@@ -314,15 +296,6 @@ class _Pooled:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> _Result:
         with self.store._borrow() as conn:
             return _Conn(conn, self.store.path).execute(sql, params)
-
-
-def scrub(text: str, url: str) -> str:
-    """text without the URL's password (libpq may echo a connection string it cannot parse)."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
-    return text.replace(password, "***") if password else text
 
 
 def unavailable(where: str, exc: BaseException) -> StoreError:

@@ -5,12 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from runtime.net.pgurl import is_url
+
 DEFAULT_PATH = ".runtime/index.db"
-
-
-def is_url(location: str | None) -> bool:
-    """Whether an --index value names a Postgres database."""
-    return bool(location) and str(location).startswith(("postgresql://", "postgres://"))
 
 
 def index_location(location: str | None = None) -> str:

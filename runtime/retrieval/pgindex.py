@@ -24,11 +24,11 @@ import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from runtime.context.tokens import CUT_RULE, digest
 from runtime.errors import StoreError
 from runtime.net import pgtext
+from runtime.net.pgurl import display, is_url, scrub  # noqa: F401 (re-exported)
 from runtime.retrieval.node import Node, Scope, label_set_token
 from runtime.retrieval.query import kinds_in, name_cover, named_words, query_terms, question_stems
 from runtime.retrieval.search import (
@@ -85,11 +85,6 @@ SCHEMA = [
         root TEXT NOT NULL)""",
     "CREATE TABLE IF NOT EXISTS label_sets (token TEXT PRIMARY KEY, labels TEXT NOT NULL)",
 ]
-
-
-def is_url(location: str | None) -> bool:
-    """Whether an --index value names a Postgres database."""
-    return bool(location) and str(location).startswith(("postgresql://", "postgres://"))
 
 
 # A term longer than this (a base64 blob, a minified line) is stored as a digest of itself:
@@ -184,27 +179,6 @@ def unavailable(where: str, exc: BaseException) -> StoreError:
     return StoreError(
         f"index {where}: the database is unavailable: {why}", code="INDEX_UNAVAILABLE"
     )
-
-
-def display(url: str) -> str:
-    """The URL with its password hidden (it appears in messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
-
-
-def scrub(text: str, url: str) -> str:
-    """text without the URL's password (libpq may echo a connection string it cannot parse)."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
-    return text.replace(password, "***") if password else text
 
 
 def _row_node(row: Sequence[Any]) -> Node:

@@ -32,9 +32,9 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from runtime.errors import RunError, StoreError
+from runtime.net.pgurl import display, is_url, scrub  # noqa: F401 (re-exported)
 from runtime.retrieval import memory_fts
 from runtime.retrieval.memory_common import (
     FORMAT,
@@ -63,7 +63,6 @@ from runtime.retrieval.memory_store import AXES, EXPERIENCE_FILTERS, SCOPE_KEYS,
 from runtime.retrieval.node import scope_value_problem
 from runtime.retrieval.query import fts_query
 
-SCHEMES = ("postgresql://", "postgres://")
 MIGRATIONS_TABLE = "memory_store_migrations"
 # pg_advisory_xact_lock keys (any fixed bigints; the run store and the index use others)
 LOCK_KEY = 0x4D65_6D6F_7279_0001  # migrations
@@ -95,32 +94,6 @@ _KINDS: dict[str, tuple[str, tuple[str, ...], Callable[[Mapping[str, Any]], tupl
     "value": ("value_items", ("id", "axis"), lambda r: _value_columns(r)[:-1]),
 }
 _FTS_COLUMNS = {"memory": ("body",), "experience": AXES, "value": ("body",)}
-
-
-def is_url(location: str | None) -> bool:
-    """Whether a memory store location names a Postgres database."""
-    return bool(location) and str(location).startswith(SCHEMES)
-
-
-def display(url: str) -> str:
-    """The URL with its password hidden (it appears in messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
-
-
-def scrub(text: str, url: str) -> str:
-    """text without the URL's password (libpq may echo a connection string it cannot parse)."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
-    return text.replace(password, "***") if password else text
 
 
 def unavailable(where: str, why: str) -> StoreError:
