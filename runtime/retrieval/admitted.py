@@ -260,6 +260,8 @@ class Scratch:
         db.execute("INSERT INTO m (m) VALUES ('delete-all')")
         db.executemany("INSERT INTO m (rowid, name, body, meta) VALUES (?, ?, ?, ?)", rows)
         lengths = {rowid: sizes(blob) for rowid, blob in db.execute("SELECT id, sz FROM m_docsize")}
+        if not sum(lengths.values()):
+            return {key: {} for key in found}  # nothing to count in (no text was found)
         avgdl = sum(lengths.values()) / len(lengths)
         out: dict[tuple[str, str | None], dict[int, float]] = {}
         for key in dict.fromkeys(found):

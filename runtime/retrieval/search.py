@@ -916,15 +916,15 @@ class SearchPasses:
             for key, got in scratch.hits(texts, keys).items():
                 acc.hits.setdefault(key, {}).update(got)
                 acc.cached_rows += len(got)
-        return [acc.hits[k] for k in found]
+        return [acc.hits.get(k, {}) for k in found]
 
     def _admitted_scores(
         self, acc: adm.Admitted, match: str, rowids: Sequence[int]
     ) -> dict[int, float]:
         """rowid -> FTS5's bm25() of match (negative, as FTS5 returns it) over the admitted
         statistics: the score an index of the admitted nodes alone would give."""
-        if not rowids:
-            return {}
+        if not rowids or not acc.nodes or not acc.tokens:  # no admitted row: damaged at most
+            return dict.fromkeys(rowids, 0.0)
         tree, found = adm.parse(match)
         weights = [adm.idf(acc.nodes, self._phrase_count(acc, t, c)) for t, c in found]
         hits = self._row_hits(acc, found, rowids)
@@ -932,8 +932,8 @@ class SearchPasses:
         lengths = self._lengths(self._stats()).rows
         out: dict[int, float] = {}
         for rowid in rowids:
-            length = float(lengths[rowid])
-            held = {i for i, h in enumerate(hits) if h[rowid] != adm.ABSENT}
+            length = float(lengths.get(rowid, 0))
+            held = {i for i, h in enumerate(hits) if h.get(rowid, adm.ABSENT) != adm.ABSENT}
             score = 0.0
             # in the phrases' order, as FTS5 adds them (a phrase not counted adds 0.0)
             for i in sorted(adm.counted(tree, held.__contains__) or ()):
@@ -967,7 +967,8 @@ class SearchPasses:
             theirs = adm.idf(whole.total_rows, stats.admitted[key])
             phrases.append((mine / theirs, mine))
         phrases.sort()
-        rho = max(1.0, acc.avgdl * whole.total_rows / whole.total_tokens)
+        mean = whole.total_tokens / whole.total_rows if whole.total_tokens else 0.0
+        rho = max(1.0, acc.avgdl / mean) if mean else 1.0
         scores: dict[int, float] = {}
         limit = max(2 * want, 32)
         while True:
