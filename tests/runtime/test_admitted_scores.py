@@ -356,3 +356,32 @@ def test_longer_admitted_nodes_soften_the_length_penalty(tmp_path):
         want = ref._bm25('"zulu"', Scope(), 40, None)
     assert got == want
     assert {h["id"].rsplit(":", 1)[1][0] for h in got} == {"L"}
+
+
+def test_a_subject_outside_every_set_of_an_emptied_index_gets_no_hits(tmp_path):
+    """Label sets outlive their nodes (the set table is never pruned): a subject they do
+    not admit searches an index that holds no node at all, or no admitted one."""
+    from runtime.retrieval.node import Node
+
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    n = Node(
+        "r::main::function::F",
+        "r",
+        "main",
+        "function",
+        "F",
+        "F",
+        "f.py",
+        "python",
+        1,
+        2,
+        "alpha beta",
+        labels=["internal"],
+    )
+    store.replace_file("r", "main", "f.py", "1", [n], {"symbols": [], "deps": []})
+    assert store.search("alpha F", scope=Scope(), top_k=5) == []
+    store.replace_file("r", "main", "f.py", "2", [], {"symbols": [], "deps": []})
+    assert store.search("alpha F", scope=Scope(), top_k=5) == []
+    assert (
+        store.count_hidden("alpha", wide=Scope(allowed_labels=("internal",)), narrow=Scope()) == 0
+    )
