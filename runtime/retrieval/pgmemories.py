@@ -430,45 +430,49 @@ class PostgresMemoryStore:
         cols = ", ".join((*names, "labels", "record", "digest", "length"))
         marks = ", ".join(["%s"] * (len(names) + 4))
         with self.transaction(), self._conn(f"write {kind} items") as conn:
+            stale: list[int] = []
+            written: list[tuple[int, Mapping[str, Any], dict[tuple[str, int], int]]] = []
             for record, (terms, length) in zip(records, counted, strict=True):
-                old = conn.execute(
-                    f"SELECT rowid FROM {table} WHERE id = %s", (record["id"],)
-                ).fetchall()
-                for (rowid,) in old:
-                    conn.execute(
-                        "DELETE FROM memory_terms WHERE kind = %s AND item = %s", (kind, rowid)
-                    )
-                    conn.execute(
-                        "DELETE FROM memory_vectors WHERE kind = %s AND item = %s", (kind, rowid)
-                    )
-                    conn.execute(f"DELETE FROM {table} WHERE rowid = %s", (rowid,))
+                stale += [
+                    r[0]
+                    for r in conn.execute(
+                        f"DELETE FROM {table} WHERE id = %s RETURNING rowid", (record["id"],)
+                    ).fetchall()
+                ]
                 # the next number after the largest, as SQLite numbers an INTEGER PRIMARY KEY
                 (rowid,) = conn.execute(
-                    f"SELECT coalesce(max(rowid), 0) + 1 FROM {table}"
-                ).fetchone()
-                conn.execute(
-                    f"INSERT INTO {table} (rowid, {cols}) VALUES (%s, {marks})",
+                    f"INSERT INTO {table} (rowid, {cols}) SELECT coalesce(max(rowid), 0) + 1,"
+                    f" {marks} FROM {table} RETURNING rowid",
                     (
-                        rowid,
                         *derive(record),
                         list(record["labels"]),
                         json.dumps(record, ensure_ascii=False),
                         digest(record),
                         length,
                     ),
-                )
-                if terms:
-                    with conn.cursor().copy(
-                        "COPY memory_terms (kind, term, item, col, tf) FROM STDIN"
-                    ) as copy:
-                        for (term, col), tf in sorted(terms.items()):
-                            copy.write_row((kind, term, rowid, col, tf))
-                vector = given.get(record["id"])
-                if vector is not None:
+                ).fetchone()
+                written.append((int(rowid), record, terms))
+            # a replaced item's rows, before the new ones (its number may be used again)
+            if stale:
+                for extra in ("memory_terms", "memory_vectors"):
                     conn.execute(
-                        "INSERT INTO memory_vectors VALUES (%s, %s, %s, %s)",
-                        (kind, rowid, vector[0], vector[1]),
+                        f"DELETE FROM {extra} WHERE kind = %s AND item = ANY(%s)", (kind, stale)
                     )
+            with conn.cursor().copy(
+                "COPY memory_terms (kind, term, item, col, tf) FROM STDIN"
+            ) as copy:
+                for rowid, _, terms in written:
+                    for (term, col), tf in sorted(terms.items()):
+                        copy.write_row((kind, term, rowid, col, tf))
+            rows = [
+                (kind, rowid, *given[record["id"]])
+                for rowid, record, _ in written
+                if record["id"] in given
+            ]
+            if rows:
+                conn.cursor().executemany(
+                    "INSERT INTO memory_vectors VALUES (%s, %s, %s, %s)", rows
+                )
 
     def set_tier(self, key: str, tier: str, *, note: str | None = None) -> str:
         """Set the confidence tier (and note) of the experience with this id or run id;
@@ -727,10 +731,25 @@ class PostgresMemoryStore:
         total, mean = conn.execute(
             f"SELECT count(*), coalesce(avg(m.length), 0) FROM {table} m WHERE {where}", args
         ).fetchone()
+        # One round trip for every one-term phrase: items holding each term in each
+        # column, and in any column (the grouping set without the column).
+        single = sorted({p.terms[0] for p in phrases if len(set(p.terms)) == 1})
+        per_term: dict[tuple[str, int | None], int] = {}
+        if single:
+            for term, col, n in conn.execute(
+                "SELECT t.term, t.col, count(DISTINCT t.item) FROM memory_terms t JOIN"
+                f" {table} m ON m.rowid = t.item WHERE t.kind = %s AND t.term = ANY(%s)"
+                f" AND {where} GROUP BY GROUPING SETS ((t.term, t.col), (t.term))",
+                [kind, single, *args],
+            ).fetchall():
+                per_term[(str(term), None if col is None else int(col))] = int(n)
         found: dict[memory_fts.Phrase, int] = {}
         for phrase in dict.fromkeys(phrases):
             if not phrase.terms:
                 found[phrase] = 0
+                continue
+            if len(set(phrase.terms)) == 1:
+                found[phrase] = per_term.get((phrase.terms[0], phrase.column), 0)
                 continue
             col = "" if phrase.column is None else " AND t.col = %s"
             col_args = [] if phrase.column is None else [phrase.column]
