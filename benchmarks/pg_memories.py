@@ -44,9 +44,7 @@ def items(texts: list[str], n: int) -> list[dict[str, Any]]:
     out = []
     for i in range(n):
         text = texts[i % len(texts)] + ("" if i < len(texts) else f" (copy {i // len(texts)})")
-        out.append(
-            {"type": "semantic", "text": text, "labels": ["secret"] if i % 4 == 0 else []}
-        )
+        out.append({"type": "semantic", "text": text, "labels": ["secret"] if i % 4 == 0 else []})
     return out
 
 
