@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from runtime.errors import StoreError
+from runtime.net import pgtext
 from runtime.retrieval.nodestore import NodeRow, decode_extraction
 from runtime.retrieval.pgindex import PostgresNodeStore, display, scrub, unavailable
 
@@ -31,6 +32,8 @@ from runtime.retrieval.pgindex import PostgresNodeStore, display, scrub, unavail
 # creation uses 3434, the run store and the queue their own).
 WRITER_LOCK = 0x5352_4964_7857_7274
 Key = tuple[str, str]
+# Node rows of files buffered before they are sent in one put_rows (indexcopy's batch).
+FLUSH_ROWS = 2000
 
 
 class _Through(PostgresNodeStore):
@@ -67,6 +70,10 @@ class PostgresIndexWriter:
         self.path = self.index.path
         self._depth = 0
         self._dirty = False
+        # Files written but not yet sent (see _flush): rows, id -> path, key -> (hash, summary)
+        self._pending: list[NodeRow] = []
+        self._owner: dict[str, str] = {}
+        self._files: dict[tuple[str, str, str], tuple[str, bytes]] = {}
         try:
             self.conn: Any = psycopg.connect(
                 url,
@@ -77,6 +84,7 @@ class PostgresIndexWriter:
         except psycopg.Error as exc:
             self.index.close()
             raise unavailable(self.path, RuntimeError(scrub(str(exc), url))) from exc
+        pgtext.install(self.conn)  # NUL characters round-trip, as through the index's pool
         try:
             self._lock(lock_wait, on_wait)
         except BaseException:
@@ -135,6 +143,11 @@ class PostgresIndexWriter:
             ) from exc
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """A statement's rows, after the buffered files are written (it must see them)."""
+        self._flush()
+        return self._exec(sql, params)
+
+    def _exec(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._guard():
             cur = self.conn.execute(sql, tuple(params) or None)
             return cur.fetchall() if cur.description is not None else []
@@ -153,10 +166,12 @@ class PostgresIndexWriter:
             self._depth, self._dirty = 1, False
             try:
                 yield
+                self._flush()
                 if self._dirty:  # searchers' cached statistics are of the index before
                     self.index._written(self.conn)
             finally:
                 self._depth = 0
+                self._pending, self._owner, self._files = [], {}, {}
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[None]:
@@ -219,16 +234,50 @@ class PostgresIndexWriter:
         with self._write():
             if known:
                 self.delete_nodes(repository, snapshot, [path])
-            if ids:
-                self._taken(ids, path)
-                self.index.put_rows(rows)
-            self._rows(
-                "INSERT INTO files VALUES (%s, %s, %s, %s, %s) ON CONFLICT (repository,"
-                " snapshot, path) DO UPDATE SET hash = EXCLUDED.hash,"
-                " extraction = EXCLUDED.extraction",
-                (repository, snapshot, path, file_hash, extraction),
-            )
+            clash = next((i for i in ids if i in self._owner), None)
+            if clash is not None:
+                raise StoreError(
+                    f"{path}: the node id {clash} is already held by a node of "
+                    f"{self._owner[clash]}",
+                    code="INDEX_ERROR",
+                )
+            self._pending += rows
+            self._owner.update(dict.fromkeys(ids, path))
+            self._files[(repository, snapshot, path)] = (file_hash, extraction)
+            if len(self._pending) >= FLUSH_ROWS:
+                self._flush()
         return len(rows)
+
+    def _flush(self) -> None:
+        """Write the buffered files' nodes and file rows (a few statements for many files:
+        one per file made a run wait on the server about 20 times a file)."""
+        if not self._pending and not self._files:
+            return
+        rows, owner, files = self._pending, self._owner, self._files
+        self._pending, self._owner, self._files = [], {}, {}
+        if rows:
+            held = self._exec(
+                'SELECT id, path FROM nodes WHERE id = ANY(%s) ORDER BY id COLLATE "C" LIMIT 1',
+                ([r[0] for r in rows],),
+            )
+            if held:
+                raise StoreError(
+                    f"{owner[held[0][0]]}: the node id {held[0][0]} is already held by a node "
+                    f"of {held[0][1]}",
+                    code="INDEX_ERROR",
+                )
+            self.index.put_rows(rows)
+        keys = sorted(files)
+        self._exec(
+            "INSERT INTO files SELECT * FROM unnest(%s::text[], %s::text[], %s::text[],"
+            " %s::text[], %s::bytea[]) ON CONFLICT (repository, snapshot, path) DO UPDATE SET"
+            " hash = EXCLUDED.hash, extraction = EXCLUDED.extraction",
+            (
+                *([k[i] for k in keys] for i in range(3)),
+                [files[k][0] for k in keys],
+                [files[k][1] for k in keys],
+            ),
+        )
 
     def _delete_where(self, where: str, args: Sequence[Any]) -> set[Key]:
         """Remove the nodes `where` selects (with what hangs off them); their keys."""
@@ -263,6 +312,7 @@ class PostgresIndexWriter:
             return
         import psycopg
 
+        self._flush()
         with self._write():
             for old, new in renames:
                 try:
@@ -420,6 +470,7 @@ class PostgresIndexWriter:
     def put_vectors(self, model: str, vectors: dict[str, bytes]) -> None:
         """Store vectors (float32 bytes) by node id."""
         if vectors:
+            self._flush()
             with self._write():
                 self.index.put_vectors(model, vectors)
 
@@ -465,6 +516,7 @@ class PostgresIndexWriter:
 
     def counts(self) -> dict[str, int]:
         """Rows per table (nodes, edges, vectors, files)."""
+        self._flush()
         return self.index.counts()
 
 

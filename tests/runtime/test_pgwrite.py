@@ -330,3 +330,93 @@ def test_runtime_inspect_reads_labels_from_a_postgres_index(runner, pg_url, corp
     assert allowed.exit_code == 0, allowed.output + allowed.stderr
     public = eshop / "README.md"
     assert runner.invoke(cli, ["inspect", str(public), "--index", pg_url]).exit_code == 0
+
+
+def test_text_postgres_cannot_hold_is_indexed_as_on_sqlite(pg_url, tmp_path):
+    # NUL (from a UTF-16 file) and the escape character pgtext uses, followed by its codes
+    tree = tmp_path / "odd"
+    tree.mkdir()
+    (tree / "nul.txt").write_bytes("# Nul\n\nbefore\x00after \U0010fffd0\n".encode("utf-16"))
+    (tree / "esc.md").write_text("# Esc\n\n\U0010fffde and \U0010fffd0 stay as written\n")
+    sqlite = str(tmp_path / "index.db")
+    for where in (pg_url, sqlite):
+        writer = open_writer(where)
+        try:
+            assert index_paths(writer, [str(tree)], repository="odd", jobs=1).nodes == 2
+        finally:
+            getattr(writer, "close", lambda: None)()
+    assert digests(pg_url) == digests(sqlite)
+    store = open_index(pg_url)
+    try:
+        nodes = store.get_nodes(
+            ["odd::main::doc::nul.txt#Nul", "odd::main::doc::esc.md#Esc"], scope=Scope()
+        )
+    finally:
+        store.close()
+    assert "before\x00after \U0010fffd0" in nodes["odd::main::doc::nul.txt#Nul"].text
+    assert "\U0010fffde and \U0010fffd0" in nodes["odd::main::doc::esc.md#Esc"].text
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_an_id_held_by_another_file_is_refused_on_both(backend, request, tmp_path):
+    from runtime.retrieval.node import Node
+    from runtime.retrieval.nodestore import node_row
+
+    where = str(tmp_path / "i.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
+
+    def row(path: str) -> Any:
+        return node_row(
+            Node("r::s::class::A", "r", "s", "class", "A", "A", path, "dotnet", 1, 2, "x")
+        )
+
+    writer = open_writer(where)
+    try:
+        writer.replace_file_rows("r", "s", "a.cs", "h1", [row("a.cs")], b"", known=False)
+        for held_by in ("stored", "same batch"):
+            with pytest.raises(StoreError) as taken, writer.batch():
+                if held_by == "same batch":
+                    writer.replace_file_rows("r", "s", "c.cs", "h3", [], b"", known=False)
+                    writer.delete_file("r", "s", "a.cs")
+                    writer.replace_file_rows(
+                        "r", "s", "a.cs", "h1", [row("a.cs")], b"", known=False
+                    )
+                writer.replace_file_rows("r", "s", "b.cs", "h2", [row("b.cs")], b"", known=False)
+            assert taken.value.code == "INDEX_ERROR"
+            assert str(taken.value).startswith(
+                "INDEX_ERROR: b.cs: the node id r::s::class::A is already held by a node of a.cs"
+            )
+            # nothing of the refused batch stayed
+            assert writer.file_hashes("r", "s") == {"a.cs": "h1"}
+    finally:
+        getattr(writer, "close", lambda: None)()
+
+
+def _blocks(doc: str, after: str) -> list[str]:
+    """The command lines of the first code block after a marker in a doc."""
+    text = (ROOT / "docs" / doc).read_text()
+    block = text[text.index(after) :].split("```\n", 2)[1]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_the_documented_commands_run(runner, pg_url, tmp_path, monkeypatch):
+    import shlex
+
+    from runtime.cli import cli
+
+    shutil.copytree(SAMPLE_ROOT, tmp_path / "src")
+    (tmp_path / "labels.yaml").write_text('"Database/Procedures/*": [confidential]\n')
+    monkeypatch.chdir(tmp_path)
+    lines = _blocks("scale-out.md", "## The node index on Postgres")
+    assert lines[0] == "export RUNTIME_INDEX=postgresql://runtime@db.internal/index"
+    monkeypatch.setenv("RUNTIME_INDEX", pg_url)
+    out = []
+    for line in lines[1:] + lines[1:2]:
+        args = shlex.split(line, comments=True)
+        assert args[0] == "runtime"
+        result = runner.invoke(cli, args[1:])
+        assert result.exit_code == 0, (line, result.output, result.stderr)
+        out.append(result.output)
+    assert "OrderService" in out[1]  # where orders are placed
+    assert " 0 node(s) written" in out[2]  # the same tree again: nothing to write
