@@ -30,8 +30,11 @@ K1 = 1.2
 B = 0.75
 IDF_FLOOR = 1e-6  # FTS5's value for a phrase in half the rows or more
 
-# Rows whose per-phrase weighted counts one thread keeps before its cache starts over.
-CACHE_ROWS = 400_000
+# (phrase, row) weighted counts one thread keeps per set of admitted labels before that
+# cache starts over, and the sets of admitted labels it keeps figures for (the oldest
+# dropped): at most about 20 MB a set, 80 MB a thread.
+CACHE_ROWS = 200_000
+CACHE_SUBJECTS = 4
 
 _TOKEN = re.compile(r'"(?:[^"]|"")*"|\(|\)|:|[^\s():"]+')
 

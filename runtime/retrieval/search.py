@@ -851,6 +851,9 @@ class SearchPasses:
             allowed = set(scope.allowed_labels or ())
             visible = frozenset(t for t, ls in stats.label_sets if ls <= allowed)
             acc = adm.Admitted(hidden or need, bool(hidden), visible, -1, -1)
+            held = [k for k in stats.admitted if isinstance(k, tuple) and k[0] == "acc"]
+            for old in held[: max(0, len(held) - adm.CACHE_SUBJECTS + 1)]:
+                del stats.admitted[old]
             stats.admitted[key] = acc
         if lengths and acc.nodes < 0:
             read = self._lengths(stats)
