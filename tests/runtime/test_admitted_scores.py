@@ -385,3 +385,27 @@ def test_a_subject_outside_every_set_of_an_emptied_index_gets_no_hits(tmp_path):
     assert (
         store.count_hidden("alpha", wide=Scope(allowed_labels=("internal",)), narrow=Scope()) == 0
     )
+
+
+def test_the_caches_stay_bounded_and_a_cleared_cache_ranks_the_same(full, tmp_path, monkeypatch):
+    """A server answers many subjects: the figures are kept for at most CACHE_SUBJECTS
+    sets of admitted labels a thread, and the per-row counts start over past CACHE_ROWS,
+    which changes no ranking."""
+    from runtime.retrieval import admitted
+
+    scope = SUBJECTS["public of tenant a"]
+    ref = admitted_only(full, scope, tmp_path / "ref.db")
+    monkeypatch.setattr(admitted, "CACHE_ROWS", 30)
+    fresh = open_store(full.path)
+    for q in FAST[:12]:
+        assert searched(fresh, q, scope) == searched(ref, q, scope), q
+        with fresh._snapshot():
+            acc = fresh._admitted(scope)
+            # past the bound it starts over: at most one batch (rows x phrases) over it
+            assert acc is not None and acc.cached_rows <= 30 + 600
+    subjects = [Scope(allowed_labels=(label,)) for label in ("a", "b", "c", "d", "e", "public")]
+    for s in subjects:
+        fresh.search("order", scope=s, top_k=3)
+    with fresh._snapshot():
+        kept = [k for k in fresh._stats().admitted if isinstance(k, tuple) and k[0] == "acc"]
+    assert len(kept) == admitted.CACHE_SUBJECTS
