@@ -66,6 +66,8 @@ SCHEMA = [
         fts_meta TEXT NOT NULL, label_set TEXT NOT NULL, length INT NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS nodes_path ON nodes (repository, snapshot, path)",
     "CREATE INDEX IF NOT EXISTS nodes_set ON nodes (label_set, repository, snapshot)",
+    # A match's length by rowid without reading its row (see _ranked).
+    "CREATE INDEX IF NOT EXISTS nodes_length ON nodes (rowid) INCLUDE (length)",
     """CREATE TABLE IF NOT EXISTS node_terms (term TEXT NOT NULL, node BIGINT NOT NULL,
         name_tf INT NOT NULL, body_tf INT NOT NULL,
         PRIMARY KEY (term, node) INCLUDE (name_tf, body_tf))""",
@@ -584,27 +586,44 @@ class PostgresNodeStore(SearchPasses):
         m, margs = found.candidates(node)
         where, args = self._scope_sql(scope)
         fsql, fargs = self._filter_sql(filters)
+
         # FTS5's BM25 term by term in the Python scorer's order of operations (float8 is
         # the same IEEE double), so the scores are the same numbers, not close ones.
-        norm = f"{_f(K1)} * ({_f(1 - B)} + {_f(B)} * n.length / {_f(avgdl)})" if avgdl else _f(K1)
-        score = " + ".join(
-            [_f(0.0)]
-            + [
-                f"CASE WHEN m.f{i} <> 0 THEN {_f(weight)} * m.f{i} * {_f(K1 + 1)}"
-                f" / (m.f{i} + {norm}) ELSE {_f(0.0)} END"
-                for i, weight in enumerate(idf)
-            ]
-        )
-        rows = (
-            self.conn()
-            .execute(
-                f"SELECT n.rowid, n.id, n.path, n.kind, n.name, {score} AS score FROM ({m}) m"
-                f" CROSS JOIN LATERAL ({_NODE_BY_ROW}) n WHERE {where}{fsql}"
-                ' ORDER BY score DESC, n.id COLLATE "C" LIMIT ?',
-                [*margs, *args, *fargs, top_k],
+        def score(length: str) -> str:
+            norm = f"{_f(K1)} * ({_f(1 - B)} + {_f(B)} * {length} / {_f(avgdl)})"
+            return " + ".join(
+                [_f(0.0)]
+                + [
+                    f"CASE WHEN m.f{i} <> 0 THEN {_f(weight)} * m.f{i} * {_f(K1 + 1)}"
+                    f" / (m.f{i} + {norm if avgdl else _f(K1)}) ELSE {_f(0.0)} END"
+                    for i, weight in enumerate(idf)
+                ]
             )
-            .fetchall()
-        )
+
+        db = self.conn()
+        if node is None and not filters:
+            # First the best `window` matches of the whole index by score alone, each
+            # length read from nodes_length (index-only), then the scope checked on their
+            # rows: a common word's 100k matches cost a probe each, not a row each. Ties
+            # at the window's edge come along (WITH TIES), so when top_k of them are
+            # visible they are the visible top_k; otherwise the full query below.
+            window = max(64, 4 * top_k)
+            rows = db.execute(
+                f"WITH top AS MATERIALIZED (SELECT m.node, {score('l.length')} AS score"
+                f" FROM ({m}) m JOIN nodes l ON l.rowid = m.node ORDER BY score DESC"
+                f" FETCH FIRST ? ROWS WITH TIES) SELECT n.rowid, n.id, n.path, n.kind, n.name,"
+                f" m.score FROM top m CROSS JOIN LATERAL ({_NODE_BY_ROW}) n WHERE {where}"
+                ' ORDER BY m.score DESC, n.id COLLATE "C" LIMIT ?',
+                [*margs, window, *args, top_k],
+            ).fetchall()
+            if len(rows) >= top_k:
+                return [(r[0], r[1], r[2], r[3], r[4], float(r[5])) for r in rows]
+        rows = db.execute(
+            f"SELECT n.rowid, n.id, n.path, n.kind, n.name, {score('n.length')} AS score"
+            f" FROM ({m}) m CROSS JOIN LATERAL ({_NODE_BY_ROW}) n WHERE {where}{fsql}"
+            ' ORDER BY score DESC, n.id COLLATE "C" LIMIT ?',
+            [*margs, *args, *fargs, top_k],
+        ).fetchall()
         return [(r[0], r[1], r[2], r[3], r[4], float(r[5])) for r in rows]
 
     def _bm25(
