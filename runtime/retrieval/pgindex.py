@@ -506,8 +506,8 @@ class PostgresNodeStore(SearchPasses):
         The test is the full scope check on the node row, looked up per posting, unless
         few nodes fail it: then it is the node row's existence (an index-only probe) and
         the node not among those few, read out here with the figures in the same
-        snapshot: 2 against 7 microseconds a posting, and a common word has 25k postings
-        at 50k nodes. A node is admitted exactly when its row exists and it is not among
+        snapshot: an index probe instead of a row read and hash, and a common word has
+        25k postings at 50k nodes. A node is admitted exactly when its row exists and it is not among
         the failing ones, so both tests count the same postings.
         """
         stats = self._stats()  # a write since drops the per-scope figures below
