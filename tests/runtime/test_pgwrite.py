@@ -258,15 +258,28 @@ def test_a_second_indexer_waits_for_the_first_or_is_refused(pg_url, corpus):
     assert report.files > 0 and report.unchanged == report.files and report.nodes == 0
 
 
-def test_a_database_that_is_down_is_a_coded_error_without_the_password(runner, corpus):
+@pytest.mark.parametrize(
+    "form",
+    [
+        "postgresql://someone:s3cr3t-pw@127.0.0.1:{port}/index",
+        "postgresql://someone@127.0.0.1:{port}/index?sslmode=disable&password=s3cr3t-pw",
+    ],
+    ids=["after the user", "in the query"],
+)
+@pytest.mark.parametrize("command", ["index", "search"])
+def test_a_database_that_is_down_is_a_coded_error_without_the_password(
+    runner, corpus, form, command
+):
     from runtime.cli import cli
     from tests.postgres import _free_port
 
-    url = f"postgresql://someone:s3cr3t-pw@127.0.0.1:{_free_port()}/index"
-    result = runner.invoke(cli, ["index", str(corpus / "ledger"), "--index", url])
+    url = form.format(port=_free_port())
+    first = str(corpus / "ledger") if command == "index" else "transfer"
+    result = runner.invoke(cli, [command, first, "--index", url])
     assert result.exit_code != 0
     assert "INDEX_UNAVAILABLE" in result.output + result.stderr
     assert "s3cr3t-pw" not in result.output + result.stderr
+    assert "someone" in result.output + result.stderr  # the rest of the URL is shown
 
 
 @SLOW_PINS[0]
