@@ -6,7 +6,10 @@ same memory. With an embedder (the embeddings extra, or one passed in code) item
 embedded on write and searches fuse BM25 and cosine ranks, as hybrid node search does.
 
 Every filter is applied in the query: expiry, scope (repository, snapshot, session), and
-labels (an item is visible only when every one of its labels is allowed). Every row
+labels (an item is visible only when every one of its labels is allowed). BM25's
+statistics count only the items the caller's labels admit: FTS5's `bm25()` when the
+caller may see every item, else FTS5's formula over the admitted ones
+(runtime/retrieval/memory_fts.py, as the Postgres store ranks). Every row
 keeps the SHA-256 of its record; a returned row whose columns or record do not match it
 is MEMORY_STORE_ERROR, never an answer: a damaged file gives an error, not a wrong item.
 """
@@ -131,6 +134,7 @@ class SqliteMemoryStore:
             raise StoreError(f"no memory store at {path}", code="MEMORY_STORE_ERROR")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
+        self._writes = 0  # moved by every write through this store (cached statistics)
         with self._guard("open"):
             db = self.conn()
             tables = {
@@ -182,6 +186,7 @@ class SqliteMemoryStore:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.create_function("mem_decay", 3, _decay, deterministic=True)
+            db.create_function("mem_doclen", 1, _doclen, deterministic=True)
             self._local.db = db
         return db
 
@@ -292,6 +297,7 @@ class SqliteMemoryStore:
         return len(records)
 
     def _delete_all(self, db: sqlite3.Connection, kind: str) -> None:
+        self._writes += 1
         table, fts = _TABLES[kind]
         db.execute(f"DELETE FROM {fts}")
         db.execute("DELETE FROM item_vectors WHERE kind = ?", (kind,))
@@ -325,6 +331,7 @@ class SqliteMemoryStore:
         table, fts = _TABLES[kind]
         names, derive = _COLUMNS[kind]
         width = len(names.split(","))
+        self._writes += 1
         with self._guard(f"write {kind} items"), self._writing() as db:
             for i, record in enumerate(records):
                 old = db.execute(f"SELECT rowid FROM {table} WHERE id = ?", (record["id"],))
@@ -392,11 +399,9 @@ class SqliteMemoryStore:
         columns = _fts_columns(kind)
         with self._guard(f"read {kind} terms"):
             db = self.conn()
-            db.execute(
-                f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_v USING fts5vocab(main, {fts}, 'instance')"
-            )
+            vocab = self._vocab(db, fts)
             rows = db.execute(
-                f"SELECT m.id, v.term, v.col, count(*) FROM temp.{fts}_v v JOIN {table} m"
+                f"SELECT m.id, v.term, v.col, count(*) FROM {vocab} v JOIN {table} m"
                 " ON m.rowid = v.doc GROUP BY m.id, v.term, v.col"
             ).fetchall()
         out: dict[tuple[str, str, int], int] = {}
@@ -477,7 +482,15 @@ class SqliteMemoryStore:
             args.append(value)
         decay = "mem_decay(m.created, m.half_life, ?)"
         return self._search(
-            "memory", query, limit, where, args, decay=decay, decay_args=[at], column=None
+            "memory",
+            query,
+            limit,
+            where,
+            args,
+            decay=decay,
+            decay_args=[at],
+            column=None,
+            labels=labels,
         )
 
     def search_experiences(
@@ -508,14 +521,14 @@ class SqliteMemoryStore:
             values = [value] if isinstance(value, str) else list(value)
             where += f" AND m.{key} IN ({','.join('?' * len(values))})"
             args += values
-        return self._search("experience", query, limit, where, args, column=axis)
+        return self._search("experience", query, limit, where, args, column=axis, labels=labels)
 
     def search_values(
         self, query: str, *, limit: int, labels: frozenset[str] | None = None
     ) -> list[Recalled]:
         """Values, best first (BM25, fused with vectors when there are)."""
         where, args = _labels_sql(labels, "m")
-        return self._search("value", query, limit, where, args, column=None)
+        return self._search("value", query, limit, where, args, column=None, labels=labels)
 
     def _search(
         self,
@@ -528,6 +541,7 @@ class SqliteMemoryStore:
         column: str | None,
         decay: str = "1.0",
         decay_args: Sequence[Any] = (),
+        labels: frozenset[str] | None = None,
     ) -> list[Recalled]:
         """The shared ranking: full-text (one column, or all), vectors, fusion, decay."""
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
@@ -548,13 +562,27 @@ class SqliteMemoryStore:
             try:
                 if match:
                     expr = f"{{{column}}} : ({match})" if column else match
-                    rows = db.execute(
-                        f"SELECT f.rowid, -bm25({fts}) FROM {fts} f JOIN {table} m "
-                        f"ON m.rowid = f.rowid WHERE {fts} MATCH ? AND {where} "
-                        f"ORDER BY bm25({fts}), f.rowid LIMIT ?",
-                        [expr, *args, pool],
-                    ).fetchall()
-                    lists.append([(r[0], float(r[1])) for r in rows])
+                    admitted, admitted_args = _labels_sql(labels, "m")
+                    denied = db.execute(
+                        f"SELECT EXISTS (SELECT 1 FROM {table} m WHERE NOT ({admitted}))",
+                        admitted_args,
+                    ).fetchone()[0]
+                    if denied:
+                        # FTS5's statistics count every row: a denied item would weigh in
+                        # the others' scores. BM25 over the admitted items instead.
+                        lists.append(
+                            self._admitted_bm25(
+                                db, kind, expr, where, args, (admitted, admitted_args), pool
+                            )
+                        )
+                    else:
+                        rows = db.execute(
+                            f"SELECT f.rowid, -bm25({fts}) FROM {fts} f JOIN {table} m "
+                            f"ON m.rowid = f.rowid WHERE {fts} MATCH ? AND {where} "
+                            f"ORDER BY bm25({fts}), f.rowid LIMIT ?",
+                            [expr, *args, pool],
+                        ).fetchall()
+                        lists.append([(r[0], float(r[1])) for r in rows])
                     semantic = self._semantic(db, kind, query, table, where, args, pool)
                     if semantic is not None:
                         lists.append(semantic)
@@ -585,6 +613,107 @@ class SqliteMemoryStore:
         out.sort(key=lambda r: (-r.score, r.id))
         return out[:limit]
 
+    def _admitted_bm25(
+        self,
+        db: sqlite3.Connection,
+        kind: str,
+        expr: str,
+        where: str,
+        args: list[Any],
+        admitted: tuple[str, list[Any]],
+        pool: int,
+    ) -> list[tuple[int, float]]:
+        """(row, BM25) of the matching visible items, best first, then by row, at most
+        pool: FTS5's formula (runtime/retrieval/memory_fts.py) over the statistics of the
+        items the caller's labels admit, as the Postgres store ranks."""
+        from runtime.retrieval import memory_fts
+
+        table, fts = _TABLES[kind]
+        columns = _fts_columns(kind)
+        tree, phrases = memory_fts.parse(expr, columns)
+        raw = sorted({t for p in phrases for t in p.raw})
+        matched = {
+            r[0]: int(r[1])
+            for r in db.execute(
+                f"SELECT f.rowid, mem_doclen(d.sz) FROM {fts} f JOIN {table} m ON m.rowid = f.rowid"
+                f" JOIN {fts}_docsize d ON d.id = f.rowid WHERE {fts} MATCH ? AND {where}",
+                [expr, *args],
+            ).fetchall()
+        }
+        if not matched or not raw:
+            return []
+        vocab = self._vocab(db, fts)
+        marks = ",".join("?" * len(raw))
+        counts: dict[int, dict[tuple[str, int], int]] = {rowid: {} for rowid in matched}
+        for doc, term, col, n in db.execute(
+            f"SELECT doc, term, col, count(*) FROM {vocab} WHERE term IN ({marks})"
+            " GROUP BY doc, term, col",
+            raw,
+        ):
+            if doc in counts:
+                counts[doc][(memory_fts.stored_term(term), columns.index(col))] = int(n)
+        where_a, args_a = admitted
+        # The admitted items' count and mean length, kept until the file changes (another
+        # connection's commit moves data_version; this store's own writes move _writes).
+        version = (db.execute("PRAGMA data_version").fetchone()[0], self._writes)
+        cache: dict[Any, Any] = self._local.__dict__.setdefault("stats", {})
+        stats_key = (kind, where_a, tuple(args_a))
+        known = cache.get(stats_key)
+        if known is not None and known[0] == version:
+            total, mean = known[1]
+        else:
+            total, mean = db.execute(
+                f"SELECT count(*), coalesce(avg(mem_doclen(d.sz)), 0) FROM {table} m"
+                f" JOIN {fts}_docsize d ON d.id = m.rowid WHERE {where_a}",
+                args_a,
+            ).fetchone()
+            if len(cache) > 256:
+                cache.clear()
+            cache[stats_key] = (version, (total, mean))
+        per_term: dict[tuple[str, int | None], int] = {}
+        for term, col, n in db.execute(
+            f"SELECT v.term, v.col, count(DISTINCT v.doc) FROM {vocab} v JOIN {table} m"
+            f" ON m.rowid = v.doc WHERE v.term IN ({marks}) AND {where_a} GROUP BY v.term, v.col"
+            f" UNION ALL SELECT v.term, NULL, count(DISTINCT v.doc) FROM {vocab} v JOIN {table}"
+            f" m ON m.rowid = v.doc WHERE v.term IN ({marks}) AND {where_a} GROUP BY v.term",
+            [*raw, *args_a, *raw, *args_a],
+        ):
+            key = (memory_fts.stored_term(term), None if col is None else columns.index(col))
+            per_term[key] = int(n)
+        item_counts = []
+        for phrase in phrases:
+            if len(set(phrase.terms)) == 1:
+                item_counts.append(per_term.get((phrase.terms[0], phrase.column), 0))
+            elif not phrase.terms:
+                item_counts.append(0)
+            else:  # a phrase of several terms: FTS5's own count of the items holding it
+                quoted = '"' + " ".join(phrase.raw).replace('"', '""') + '"'
+                only = f"{{{columns[phrase.column]}}} : " if phrase.column is not None else ""
+                item_counts.append(
+                    db.execute(
+                        f"SELECT count(*) FROM {fts} f JOIN {table} m ON m.rowid = f.rowid"
+                        f" WHERE {fts} MATCH ? AND {where_a}",
+                        [only + quoted, *args_a],
+                    ).fetchone()[0]
+                )
+        stats = memory_fts.Stats(int(total), float(mean), item_counts)
+        scored = []
+        for rowid, length in matched.items():  # FTS5 matched them; live: what counts
+            live = memory_fts.evaluate(tree, counts[rowid]) or {}
+            scored.append(
+                (rowid, memory_fts.score(tree, phrases, counts[rowid], length, stats, live))
+            )
+        scored.sort(key=lambda r: (-r[1], r[0]))
+        return scored[:pool]
+
+    def _vocab(self, db: sqlite3.Connection, fts: str) -> str:
+        """This connection's fts5vocab table of a full-text table (instances by term)."""
+        name = f"temp.{fts}_v"
+        db.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5vocab(main, {fts}, 'instance')"
+        )
+        return name
+
     def _semantic(
         self,
         db: sqlite3.Connection,
@@ -610,6 +739,19 @@ class SqliteMemoryStore:
         [qvec] = self.embedder.embed([query])
         best = cosine_top(qvec, [r[1] for r in rows], pool)
         return [(rows[i][0], s) for i, s in best]
+
+
+def _doclen(sizes: bytes | None) -> int:
+    """An item's length in tokens, all columns: the sum of the varints FTS5 keeps in its
+    docsize row (one per column)."""
+    total = value = shift = 0
+    for byte in sizes or b"":
+        value |= (byte & 0x7F) << shift
+        if byte & 0x80:
+            shift += 7
+        else:
+            total, value, shift = total + value, 0, 0
+    return total
 
 
 # kind -> (its full-text columns' texts, the text its vector embeds), as the writers pass them

@@ -6,8 +6,8 @@ with every column weighted 1). A store without FTS5 reproduces it here so both r
 - `Tokenizer` splits and stems text with SQLite's own FTS5 tokenizer in an in-memory
   table, so a word is the same term on both backends.
 - `parse` reads the match expressions `fts_query` writes (phrases, AND, OR, NOT,
-  parentheses, `{column} : (...)`); `matches` and `counted` apply FTS5's rules to one
-  item's term counts: a phrase's hits count towards the score only when every group
+  parentheses, `{column} : (...)`); `evaluate` applies FTS5's rules to one item's term
+  counts: a phrase's hits count towards the score only when every group
   around it matched (`"x" OR ("a" AND "b")` counts no `a` in an item without `b`).
 - `score` is FTS5's BM25 (k1 1.2, b 0.75; an item's length is all its tokens; a phrase's
   IDF floored at 1e-6) over the statistics the caller passes: the items it may see.
@@ -53,6 +53,7 @@ class Tokenizer:
     def __init__(self) -> None:
         self.db = sqlite3.connect(":memory:", check_same_thread=False)
         self.lock = threading.Lock()
+        self._queries: dict[str, list[str]] = {}
         self._fresh()
 
     def _fresh(self) -> None:
@@ -89,15 +90,21 @@ class Tokenizer:
             out[doc - 1] = (terms, length + n)
         return out
 
-    def query(self, text: str) -> list[str]:
-        """A phrase's terms in order (as FTS5 splits and stems it)."""
+    def query(self, text: str, *, raw: bool = False) -> list[str]:
+        """A phrase's terms in order (as FTS5 splits and stems it; raw: long terms not
+        digested)."""
         with self.lock:
-            try:
-                self.db.execute("INSERT INTO t (c0) VALUES (?)", (text,))
-                found = [r[0] for r in self.db.execute("SELECT term FROM v ORDER BY offset")]
-            finally:
-                self._fresh()
-        return [stored_term(t) for t in found]
+            found = self._queries.get(text)
+            if found is None:
+                try:
+                    self.db.execute("INSERT INTO t (c0) VALUES (?)", (text,))
+                    found = [r[0] for r in self.db.execute("SELECT term FROM v ORDER BY offset")]
+                finally:
+                    self._fresh()
+                if len(self._queries) > 4096:  # bounded: searches repeat the same words
+                    self._queries.clear()
+                self._queries[text] = found
+        return list(found) if raw else [stored_term(t) for t in found]
 
 
 _TOKENIZER: Tokenizer | None = None
@@ -119,6 +126,7 @@ class Phrase:
 
     terms: tuple[str, ...]
     column: int | None
+    raw: tuple[str, ...] = ()  # the terms as FTS5 spells them (a long one not digested)
 
 
 # A parsed expression: ("or"|"and", [nodes]), ("not", a, b) or ("phrase", Phrase).
@@ -178,7 +186,8 @@ def parse(expr: str, columns: Sequence[str]) -> tuple[Node, list[Phrase]]:
                 take()
             return atom(list(columns).index(name) if name in columns else -1)
         text = tok[1:-1].replace('""', '"') if tok.startswith('"') else tok
-        phrase = Phrase(tuple(words.query(text)), col)
+        found = words.query(text, raw=True)
+        phrase = Phrase(tuple(stored_term(t) for t in found), col, tuple(found))
         phrases.append(phrase)
         return ("phrase", phrase)
 
@@ -200,37 +209,46 @@ def hits(phrase: Phrase, counts: Counts) -> int:
     return min(found)
 
 
+def evaluate(tree: Node, counts: Counts) -> dict[int, int] | None:
+    """None when an item does not match an expression; else the hits of each phrase that
+    counts towards its score (by id()): every group around it matched, as FTS5 keeps the
+    positions of matched groups only. One pass, each phrase's hits computed once."""
+    totals: dict[str, int] = {}
+    for (term, _), n in counts.items():
+        totals[term] = totals.get(term, 0) + n
+
+    def phrase_hits(phrase: Phrase) -> int:
+        if not phrase.terms:
+            return 0
+        if phrase.column is None:
+            return min(totals.get(t, 0) for t in phrase.terms)
+        return min(counts.get((t, phrase.column), 0) for t in phrase.terms)
+
+    def walk(node: Node) -> dict[int, int] | None:
+        kind = node[0]
+        if kind == "phrase":
+            n = phrase_hits(node[1])
+            return {id(node[1]): n} if n else None
+        if kind == "not":
+            left = walk(node[1])
+            return left if left is not None and walk(node[2]) is None else None
+        found = [walk(c) for c in node[1]]
+        if kind == "and" and (not found or any(f is None for f in found)):
+            return None
+        live = [f for f in found if f is not None]
+        if not live:
+            return None
+        out: dict[int, int] = {}
+        for f in live:
+            out.update(f)
+        return out
+
+    return walk(tree)
+
+
 def matches(tree: Node, counts: Counts) -> bool:
     """Whether an item matches an expression."""
-    kind = tree[0]
-    if kind == "phrase":
-        return hits(tree[1], counts) > 0
-    if kind == "not":
-        return matches(tree[1], counts) and not matches(tree[2], counts)
-    children = tree[1]
-    if kind == "and":
-        return bool(children) and all(matches(c, counts) for c in children)
-    return any(matches(c, counts) for c in children)
-
-
-def counted(tree: Node, counts: Counts) -> set[int]:
-    """ids (id()) of the phrases whose hits count for an item: every group around them
-    matched (FTS5 drops the positions of a group that did not)."""
-    out: set[int] = set()
-
-    def walk(node: Node) -> None:
-        if not matches(node, counts):
-            return
-        if node[0] == "phrase":
-            out.add(id(node[1]))
-        elif node[0] == "not":
-            walk(node[1])
-        else:
-            for child in node[1]:
-                walk(child)
-
-    walk(tree)
-    return out
+    return evaluate(tree, counts) is not None
 
 
 @dataclass(frozen=True)
@@ -243,17 +261,22 @@ class Stats:
 
 
 def score(
-    tree: Node, phrases: Sequence[Phrase], counts: Counts, length: int, stats: Stats
+    tree: Node,
+    phrases: Sequence[Phrase],
+    counts: Counts,
+    length: int,
+    stats: Stats,
+    live: Mapping[int, int] | None = None,
 ) -> float:
-    """FTS5's BM25 of one item (positive: higher is better)."""
-    live = counted(tree, counts)
+    """FTS5's BM25 of one item (positive: higher is better); live: evaluate()'s answer
+    when the caller has it."""
+    if live is None:
+        live = evaluate(tree, counts) or {}
     total = max(stats.items, 1)
     norm = K1 * (1 - B + B * length / stats.mean_length) if stats.mean_length else K1
     out = 0.0
     for phrase, n in zip(phrases, stats.item_counts, strict=True):
-        if id(phrase) not in live:
-            continue
-        f = hits(phrase, counts)
+        f = live.get(id(phrase), 0)
         if f:
             idf = math.log((total - n + 0.5) / (n + 0.5))
             out += (idf if idf > 0 else 1e-6) * f * (K1 + 1) / (f + norm)

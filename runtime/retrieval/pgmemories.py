@@ -702,17 +702,18 @@ class PostgresMemoryStore:
             f" WHERE t.kind = %s AND t.term = ANY(%s) AND {where} GROUP BY m.rowid, m.length",
             [kind, words, *args],
         ).fetchall()
-        items: list[tuple[int, int, dict[tuple[str, int], int]]] = []
+        items: list[tuple[int, int, dict[tuple[str, int], int], dict[int, int]]] = []
         for rowid, length, terms, cols, tfs in rows:
             counts = {(t, int(c)): int(n) for t, c, n in zip(terms, cols, tfs, strict=True)}
-            if memory_fts.matches(tree, counts):
-                items.append((int(rowid), int(length), counts))
+            live = memory_fts.evaluate(tree, counts)
+            if live is not None:
+                items.append((int(rowid), int(length), counts, live))
         if not items:
             return []
         stats = self._stats(conn, kind, phrases, admitted)
         scored = [
-            (rowid, memory_fts.score(tree, phrases, counts, length, stats))
-            for rowid, length, counts in items
+            (rowid, memory_fts.score(tree, phrases, counts, length, stats, live))
+            for rowid, length, counts, live in items
         ]
         scored.sort(key=lambda r: (-r[1], r[0]))
         return scored[:pool]

@@ -429,3 +429,70 @@ def test_an_edited_row_is_an_error_not_an_answer(store: SqliteMemoryStore) -> No
     with pytest.raises(StoreError) as err:
         store.search_memories("vault keys", limit=3, now=NOW)
     assert err.value.code == "MEMORY_STORE_ERROR"
+
+
+def test_a_denied_item_is_never_returned_counted_nor_scoring(store: Any, tmp_path: Path) -> None:
+    """A caller's answers and scores are those of a store holding only what it may see:
+    denied items are out of the BM25 statistics too (item count, mean length, how many
+    items hold a word), not only out of the answers."""
+    from tests.runtime.test_pgmemories import _experiences, _memories, _sentences
+
+    sentences = _sentences()
+    memories = _memories(sentences, secret=True)
+    experiences = _experiences(sentences)
+    for i, item in enumerate(experiences):
+        item["labels"] = ["secret"] if i % 3 == 0 else []
+    store.remember(memories, now=NOW)
+    store.record_experiences(experiences, now=NOW)
+    public = SqliteMemoryStore(str(tmp_path / "public.db"), create=True, embedder=None)
+    public.remember([m for m in memories if not m["labels"]], now=NOW)
+    public.record_experiences([e for e in experiences if not e["labels"]], now=NOW)
+    denied = {i["id"] for i in memories + experiences if i["labels"]}
+    seen = 0
+    for query in ("label allowed scope", "token budget", "memories decay half life", "index"):
+        for got, want in (
+            (
+                store.search_memories(query, limit=30, now=NOW),
+                public.search_memories(query, limit=30, now=NOW),
+            ),
+            (
+                store.search_experiences(query, axis="root_cause", limit=10),
+                public.search_experiences(query, axis="root_cause", limit=10),
+            ),
+        ):
+            assert not {h.id for h in got} & denied
+            assert [h.id for h in got] == [h.id for h in want]
+            assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-6)
+            seen += len(got)
+    assert seen > 40
+    cleared = store.search_memories("token budget", limit=50, labels=frozenset({"secret"}))
+    assert {h.id for h in cleared} & denied
+
+
+def _reopen(store: Any) -> Any:
+    """Another store object on the same file or database (another connection)."""
+    if isinstance(store, SqliteMemoryStore):
+        return SqliteMemoryStore(store.path, embedder=None)
+    from runtime.retrieval.pgmemories import PostgresMemoryStore
+
+    return PostgresMemoryStore(store.url)
+
+
+def test_scores_follow_writes_made_elsewhere(store: Any) -> None:
+    """The statistics a search scores by are never those of the store before a write,
+    whether this object or another connection wrote."""
+    store.remember(
+        [mem("audit rows are kept", id="a"), mem("audit secret", id="s", labels=["x"])], now=NOW
+    )
+    before = store.search_memories("audit", limit=5, now=NOW)
+    other = _reopen(store)
+    other.remember([mem(f"audit note {i}", id=f"n{i}") for i in range(6)], now=NOW)
+    after = store.search_memories("audit", limit=10, now=NOW)
+    fresh = _reopen(store).search_memories("audit", limit=10, now=NOW)
+    assert [(h.id, h.score) for h in after] == [(h.id, h.score) for h in fresh]
+    assert {h.id: h.score for h in after}["a"] != {h.id: h.score for h in before}["a"]
+    store.remember([mem("audit again", id="b")], now=NOW)
+    mine = store.search_memories("audit", limit=10, now=NOW)
+    assert [(h.id, h.score) for h in mine] == [
+        (h.id, h.score) for h in _reopen(store).search_memories("audit", limit=10, now=NOW)
+    ]
