@@ -26,14 +26,13 @@ def _cases_or_exit(path: str) -> Any:
 
 def _store(index_path: str | None, cases: Any) -> Any:
     """--index, else the cases' corpus indexed (incrementally) under .runtime/eval/."""
-    from runtime.errors import refuse_url
+    from runtime.retrieval.indexes import open_index
     from runtime.retrieval.nodestore import open_store
 
-    if index_path:
-        refuse_url(index_path, "--index")
-        return open_store(index_path)
+    if index_path:  # a file or postgresql://... (runtime/retrieval/indexes.py)
+        return open_index(index_path)
     if cases.corpus is None:
-        return open_store(None)
+        return open_index(None)
     from runtime.retrieval.indexer import index_paths
 
     repo = cases.corpus.get("repository") or Path(cases.corpus["path"]).name

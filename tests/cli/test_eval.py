@@ -448,3 +448,21 @@ def test_a_corpus_repository_name_never_names_a_file_outside_runtime_eval(
         p.parent == work / ".runtime" / "eval" for p in tmp_path.glob("**/escaped*.db")
     )
     assert not (tmp_path / "escaped.db").exists() and not (tmp_path.parent / "escaped.db").exists()
+
+
+@pytest.mark.postgres
+def test_eval_reads_a_postgres_index_given_by_url(runner, tmp_path, index, pg_url):
+    """`--index postgresql://...` as exec's: the same report as from the SQLite index."""
+    from runtime.engine import indexcopy
+
+    assert indexcopy.copy_index(index, pg_url).ok
+    cases = _small(tmp_path)
+    there = json.loads(_eval(runner, tmp_path / "pg", pg_url, PIPELINE, cases, "--json").output)
+    here = json.loads(_eval(runner, tmp_path / "lite", index, PIPELINE, cases, "--json").output)
+    measures = ("runs", "errors", "evidence_recall", "fact_coverage", "answer_contains")
+
+    def quality(report: dict) -> dict:  # not the timings
+        return {c: {m: v.get(m) for m in measures} for c, v in report["cases"].items()}
+
+    assert quality(there) == quality(here) and len(quality(here)) >= 2
+    assert there["runs"] and all(r["status"] == "completed" for r in there["runs"])
