@@ -935,6 +935,7 @@ class _Compiled:
     def __init__(self) -> None:
         self.terms: list[str] = []
         self.phrases: list[tuple[list[str], str | None]] = []
+        self.guards: list[list[str]] = []  # per phrase: the subexpressions holding it
         self.cond = "TRUE"
         self.conj = True  # every term required: inner (merge) joins instead of full joins
 
@@ -971,6 +972,14 @@ class _Compiled:
             return _f(0.0)
         return per[0] if len(per) == 1 else f"LEAST({', '.join(per)})"
 
+    def kept(self, i: int, count: str) -> str:
+        """Phrase i's count where every subexpression holding it matches the row, else 0
+        (in a conjunction every one does wherever the whole matches)."""
+        guards = [] if self.conj or i >= len(self.guards) else self.guards[i]
+        if not guards:
+            return count
+        return f"CASE WHEN {' AND '.join(guards)} THEN {count} ELSE {_f(0.0)} END"
+
     def candidates(self, node: int | None = None) -> tuple[str, list[Any]]:
         """SQL of the matching nodes (`node`) with each phrase's count (f0, f1, ...), and
         its arguments; node: that node alone."""
@@ -984,7 +993,8 @@ class _Compiled:
             joins = lists[0] + "".join(f" FULL JOIN {p} USING (node)" for p in lists[1:])
             key = "node"
         counts = "".join(
-            f", {self.count(words, col)} AS f{i}" for i, (words, col) in enumerate(self.phrases)
+            f", {self.kept(i, self.count(words, col))} AS f{i}"
+            for i, (words, col) in enumerate(self.phrases)
         )
         where = self.cond + (f" AND {key} = ?" if node is not None else "")
         args: list[Any] = [*self.terms, *([node] if node is not None else [])]
@@ -1003,6 +1013,9 @@ def _compile(tree: Any) -> _Compiled:
     found = _Compiled()
     found.conj = _conjunctive(tree)
     found.cond = _condition(tree, found, found.phrases, None)
+    for guards in found.guards:  # the whole expression matches every candidate
+        if guards and guards[-1] == found.cond:
+            guards.pop()
     return found
 
 
@@ -1020,11 +1033,17 @@ def _conjunctive(tree: Any) -> bool:
 
 def _condition(tree: Any, found: _Compiled, phrases: list[Any], column: str | None) -> str:
     """The condition a node's postings meet for a tree; appends each phrase's terms to
-    phrases (its BM25 counts every one, as FTS5's; a NOT's right side is not scored)."""
+    phrases (a NOT's right side is not scored) and, to its guards, the condition of every
+    subexpression holding it: FTS5 clears the hits of a phrase under a subexpression that
+    does not match the row (fts5ExprCheckPoslists), so `(a AND b) OR (a AND c)` counts a
+    row's `a` once when only `a AND c` matches there."""
     kind = tree[0]
+    start = len(phrases)
     if kind == "phrase":
         words = terms().query(tree[1])
         phrases.append((words, column))
+        if phrases is found.phrases:
+            found.guards.append([])
         if not words:
             return "FALSE"
         return "(" + " AND ".join(found.present(w, column) for w in dict.fromkeys(words)) + ")"
@@ -1033,8 +1052,13 @@ def _condition(tree: Any, found: _Compiled, phrases: list[Any], column: str | No
     if kind == "not":
         left = _condition(tree[1], found, phrases, column)
         right = _condition(tree[2], found, [], column)
-        return f"({left} AND NOT {right})"
-    children = [_condition(c, found, phrases, column) for c in tree[1]]
-    if not children:
-        return "FALSE"
-    return "(" + f" {kind.upper()} ".join(children) + ")"
+        cond = f"({left} AND NOT {right})"
+    else:
+        children = [_condition(c, found, phrases, column) for c in tree[1]]
+        if not children:
+            return "FALSE"
+        cond = "(" + f" {kind.upper()} ".join(children) + ")"
+    if phrases is found.phrases:
+        for i in range(start, len(phrases)):
+            found.guards[i].append(cond)
+    return cond
