@@ -6,8 +6,8 @@ copied into Postgres. Every golden question is searched under several scopes; ea
 pass the search runs (its FTS5 expression, scope and filters) is checked against the
 Python scorer the SQL replaced (kept here as the oracle: every matching node's term rows
 read out and scored as FTS5's formula says) for the same nodes, order and scores, to the
-last bit. Where the caller sees every node (FTS5 counts the whole table), the whole search
-is also SQLite's.
+last bit. The whole search is also SQLite's, for a caller who sees every node (FTS5's own
+bm25()) and for one who does not (SQLite's admitted BM25, runtime/retrieval/admitted.py).
 """
 
 from __future__ import annotations
@@ -282,8 +282,8 @@ def test_the_whole_search_is_sqlites_where_every_node_is_visible_sample(both):
 
 @pytest.mark.slow
 def test_the_whole_search_is_sqlites_where_every_node_is_visible(both):
-    """Every golden question, whole index visible: the same hits in the same order as
-    SQLite's FTS5 (scores differ in the last bits: FTS5 sums in its own order)."""
+    """Every golden question in its repository with every label, in it without labels, and
+    over every repository: the same hits in the same order as SQLite's."""
     _same_as_sqlite(both, GOLDEN)
 
 
