@@ -278,6 +278,12 @@ def test_a_term_too_long_for_a_btree_key_is_stored_and_found(pg_url):
         '"basket" AND "service"',
         '("cancel" OR "payment") AND "order"',
         'name : ("order" AND "place")',
+        # a phrase counts only where every group around it matched (FTS5's rule): a node
+        # holding "basket" without "service" matches by "basketservice" alone
+        '"basketservice" OR ("basket" AND "service")',
+        '("order" AND "payment") OR ("order" AND "cancel") OR ("payment" AND "cancel")',
+        '("basket" AND "item") OR "customer"',
+        '"order" NOT "payment"',
     ],
 )
 def test_bm25_is_fts5s_to_the_sixth_decimal(sample_index, pg_url, match):
