@@ -635,6 +635,14 @@ class PostgresNodeStore(SearchPasses):
         rows = self._ranked(match, scope, top_k, filters)
         return [_hit(i, r[1], r[5], r[2], r[3], r[4]) for i, r in enumerate(rows)]
 
+    def _materialise_admitted(self, scope: Scope) -> None:
+        """Nothing: the statistics here are always the admitted nodes', computed in SQL
+        (the SQLite index's temporary table of admitted rows has no use here)."""
+
+    def _admitted_table(self, scope: Scope) -> str | None:
+        """None: see _materialise_admitted."""
+        return None
+
     def _doc_count(self, stats: _Stats, term: str, cap: int, scope: Scope) -> int:
         """Nodes matching one term expression among those the scope's labels admit (any
         repository or snapshot), counted up to cap + 1 (cached per version)."""

@@ -4,6 +4,7 @@ any-word BM25 passes, semantic search, and hybrid fusion."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 import sqlite3
@@ -135,6 +136,13 @@ LOOSE_GATE = 5
 MAX_SET_TOKENS = 64
 # Required when no label set is visible: a token no node has (a set token is hex).
 NO_SET = "zzqnone"
+
+# Searches by one set of labels that does not admit every label set, on one connection and
+# index version, after which the rows it admits are copied into a temporary full-text table
+# and ranked there (see _materialise_admitted): a one-off command walks FTS5's order
+# (a millisecond or so a search), a long-lived server pays the copy once.
+MATERIALISE_AFTER = 16
+_TABLE_NUMBERS = itertools.count(1)
 
 # BM25 column weights: names count four times the body; the meta column (scope and filter
 # tokens, see meta_tokens) not at all. Passed to bm25() directly: ~30% faster than `rank`.
@@ -356,6 +364,7 @@ class SearchPasses:
         with a new label committed in between would otherwise be matched unfiltered.
         """
 
+        self._materialise_admitted(scope)
         with self._snapshot():
             return _layered(
                 lambda pool, loose: self._bm25_ranking(
@@ -675,15 +684,17 @@ class SearchPasses:
         rows = sorted(rows, key=lambda r: r[1])[:64]
         scores: dict[int, float] = {}
         acc = self._admitted(scope)
+        fts = "nodes_fts" if acc is None else self._admitted_table(scope)
         for r in rows:
             word = "".join(split_identifier(r[4])) or r[4].lower()
-            if acc is not None:  # over the admitted statistics (a row without it: 0.0)
+            if acc is not None and fts is None:  # the admitted statistics (without it: 0.0)
                 scores[r[0]] = self._admitted_scores(acc, f'"{word}"', [r[0]])[r[0]]
                 continue
             found = (
                 self.conn()
                 .execute(
-                    f"SELECT {_BM25} FROM nodes_fts WHERE nodes_fts MATCH ? AND rowid = ?",
+                    f"SELECT bm25({fts}, 4.0, 1.0, 0.0) FROM {fts} WHERE {fts} MATCH ?"
+                    " AND rowid = ?",
                     (f'"{word}"', r[0]),
                 )
                 .fetchone()
@@ -809,10 +820,11 @@ class SearchPasses:
         key = (term, None if acc is None else _labels_key(scope))
         found, counted_to = stats.doc_counts.get(key, (-1, -1))
         if found < 0 or (found > counted_to and cap > counted_to):  # unknown, or cut short
-            sql = (
-                "SELECT count(*) FROM (SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? LIMIT ?)"
-            )
-            expr = term if acc is None else acc.within(term)
+            # In the admitted rows' own table when there is one (every row of it admitted).
+            fts = None if acc is None else self._admitted_table(scope)
+            expr = term if acc is None or fts else acc.within(term)
+            fts = fts or "nodes_fts"
+            sql = f"SELECT count(*) FROM (SELECT rowid FROM {fts} WHERE {fts} MATCH ? LIMIT ?)"
             found = self.conn().execute(sql, (expr, cap + 1)).fetchone()[0]
             stats.doc_counts[key] = (found, cap)
         return int(min(found, cap + 1))
@@ -834,6 +846,62 @@ class SearchPasses:
             found = self.conn().execute(f"SELECT count(*) FROM nodes n WHERE {where}", args)
             stats.admitted[key] = int(found.fetchone()[0])
         return int(stats.admitted[key])
+
+    def _materialise_admitted(self, scope: Scope) -> None:
+        """Count a search by labels that do not admit every set; at the MATERIALISE_AFTER-th
+        on this connection and index version, copy the rows they admit into a temporary
+        full-text table, so later searches rank there with FTS5's own bm25() (its
+        statistics are then the admitted rows', exactly) instead of walking.
+
+        Built outside a search's read transaction (which ends in a rollback), and only
+        when the connection has none open; a table built for another index version is
+        never used (see _admitted_table). In memory, per connection: never stored.
+        """
+        if self._admits_all(scope):
+            return
+        db = self.conn()
+        stats = self._stats()
+        key = _labels_key(scope)
+        tables: dict[Any, Any] = self._local.__dict__.setdefault("admitted_tables", {})
+        entry = tables.get(key)
+        if entry is None or entry["stats"] is not stats:
+            if entry is not None and entry["name"]:
+                db.execute(f"DROP TABLE IF EXISTS temp.{entry['name']}")
+            entry = tables[key] = {"stats": stats, "uses": 0, "name": None}
+        entry["uses"] += 1
+        if entry["name"] or entry["uses"] < MATERIALISE_AFTER or db.in_transaction:
+            return
+        acc = self._admitted(scope)
+        if acc is None:
+            return
+        lengths = self._lengths(stats)
+        rowids = [(r,) for r, token in lengths.tokens.items() if token in acc.visible]
+        made = [k for k, e in tables.items() if e["name"] and k != key]
+        for old in made[: max(0, len(made) - adm.CACHE_SUBJECTS + 1)]:
+            db.execute(f"DROP TABLE IF EXISTS temp.{tables[old]['name']}")
+            tables[old]["name"] = None
+        name = f"admitted_fts_{next(_TABLE_NUMBERS)}"
+        (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'nodes_fts'").fetchone()
+        db.execute(sql.replace("nodes_fts", f"temp.{name}", 1))
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS admitted_rows (id INTEGER PRIMARY KEY)")
+        db.execute("DELETE FROM temp.admitted_rows")
+        db.executemany("INSERT INTO temp.admitted_rows (id) VALUES (?)", rowids)
+        db.execute(
+            f"INSERT INTO temp.{name} (rowid, name, body, meta) SELECT f.rowid, f.name,"
+            " f.body, f.meta FROM nodes_fts f JOIN temp.admitted_rows a ON a.id = f.rowid"
+        )
+        db.execute("DELETE FROM temp.admitted_rows")
+        db.commit()
+        entry["name"] = name
+
+    def _admitted_table(self, scope: Scope) -> str | None:
+        """The temporary full-text table of the rows the scope's labels admit, when one
+        was built for the index version this search reads, else None."""
+        tables = self._local.__dict__.get("admitted_tables") or {}
+        entry = tables.get(_labels_key(scope))
+        if entry is None or entry["stats"] is not self._stats() or not entry["name"]:
+            return None
+        return str(entry["name"])
 
     def _admitted(self, scope: Scope, *, lengths: bool = True) -> adm.Admitted | None:
         """The statistics of the nodes the scope's labels admit, in any repository or
@@ -1074,15 +1142,22 @@ class SearchPasses:
         # the tables hide.
         where, args = self._scope_sql(scope)
         acc = self._admitted(scope)
+        fts = "nodes_fts"
         if acc is not None:
-            return self._bm25_admitted(acc, match, expr, (where, args), top_k, prefix)
+            fts = self._admitted_table(scope) or ""
+            if not fts:
+                return self._bm25_admitted(acc, match, expr, (where, args), top_k, prefix)
+            # Every row of that table is admitted: the scope and filters' tokens suffice.
+            need = " AND ".join(self._meta_need(scope, filters))
+            expr = f"({match})" + (f" AND {need}" if need else "")
         db = self.conn()
         window = top_k if not prefix else max(top_k * 8, 64)
         while True:  # only a path prefix is applied after ranking; the window grows until exact
             # Ties in the window by rowid: the order _bm25_admitted keeps too.
             rows = db.execute(
-                f"SELECT n.id, f.score, n.path, n.kind, n.name FROM (SELECT rowid, {_BM25} AS score "
-                "FROM nodes_fts WHERE nodes_fts MATCH ? ORDER BY score, rowid LIMIT ?) f "
+                f"SELECT n.id, f.score, n.path, n.kind, n.name FROM (SELECT rowid,"
+                f" bm25({fts}, 4.0, 1.0, 0.0) AS score FROM {fts} WHERE {fts} MATCH ?"
+                " ORDER BY score, rowid LIMIT ?) f "
                 "JOIN nodes n ON n.rowid = f.rowid "
                 "WHERE (? IS NULL OR substr(n.path, 1, length(?)) = ?) "
                 f"AND {where} ORDER BY f.score, n.id LIMIT ?",
@@ -1091,8 +1166,7 @@ class SearchPasses:
             if len(rows) >= top_k or not prefix:
                 break
             matched = db.execute(
-                "SELECT count(*) FROM (SELECT rowid FROM nodes_fts WHERE nodes_fts "
-                "MATCH ? LIMIT ?)",
+                f"SELECT count(*) FROM (SELECT rowid FROM {fts} WHERE {fts} MATCH ? LIMIT ?)",
                 (expr, window),
             ).fetchone()[0]
             if matched < window:

@@ -409,3 +409,50 @@ def test_the_caches_stay_bounded_and_a_cleared_cache_ranks_the_same(full, tmp_pa
     with fresh._snapshot():
         kept = [k for k in fresh._stats().admitted if isinstance(k, tuple) and k[0] == "acc"]
     assert len(kept) == admitted.CACHE_SUBJECTS
+
+
+def test_the_admitted_rows_table_follows_the_index(tmp_path, monkeypatch):
+    """After MATERIALISE_AFTER searches the admitted rows rank in a temporary table of their
+    own: a node written afterwards (by this connection or another) is ranked, never a
+    stale copy, and the table's scores are those of the walk."""
+    from runtime.retrieval import search as search_module
+    from runtime.retrieval.node import Node
+    from runtime.retrieval.nodestore import open_store
+
+    def node(name: str, text: str, labels: list[str]) -> Node:
+        return Node(
+            f"r::main::procedure::{name}", "r", "main", "procedure", name, name,
+            f"{name}.sql", "tsql", 1, 2, text, labels=labels,
+        )  # fmt: skip
+
+    path = str(tmp_path / "i.db")
+    store = open_store(path, create=True)
+    for i in range(6):
+        n = node(f"Hr{i}", "basket refund basket payroll", ["hr"])
+        store.replace_file("r", "main", n.path, f"h{i}", [n], {"symbols": [], "deps": []})
+    for i in range(3):
+        n = node(f"Pub{i}", f"basket service number {i}", [])
+        store.replace_file("r", "main", n.path, f"p{i}", [n], {"symbols": [], "deps": []})
+    public = Scope("r", "main")
+    monkeypatch.setattr(search_module, "MATERIALISE_AFTER", 10**9)
+    walked = store.search("basket service", scope=public, top_k=10, per_file=0)
+    monkeypatch.setattr(search_module, "MATERIALISE_AFTER", 1)
+    tabled = store.search("basket service", scope=public, top_k=10, per_file=0)
+    assert store._admitted_table(public)  # built, and used above
+    assert tabled == walked and {h["id"].rsplit("::", 1)[1] for h in tabled} == {
+        "Pub0", "Pub1", "Pub2"
+    }  # fmt: skip
+    n = node("Pub9", "basket service basket service", [])
+    store.replace_file("r", "main", n.path, "p9", [n], {"symbols": [], "deps": []})
+    assert store._admitted_table(public) is None  # the copy is of the version before
+    after = store.search("basket service", scope=public, top_k=10, per_file=0)
+    assert after[0]["id"].endswith("Pub9")
+    assert store._admitted_table(public)  # built again for the new version
+    other = open_store(path)  # another connection writes
+    n = node("Pub8", "basket service basket service basket", [])
+    other.replace_file("r", "main", n.path, "p8", [n], {"symbols": [], "deps": []})
+    again = store.search("basket service", scope=public, top_k=10, per_file=0)
+    assert "r::main::procedure::Pub8" in {h["id"] for h in again}
+    monkeypatch.setattr(search_module, "MATERIALISE_AFTER", 10**9)
+    fresh = open_store(path).search("basket service", scope=public, top_k=10, per_file=0)
+    assert again == fresh  # the table rebuilt for the new version ranks as the walk
