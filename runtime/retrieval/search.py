@@ -142,6 +142,9 @@ NO_SET = "zzqnone"
 # and ranked there (see _materialise_admitted): a one-off command walks FTS5's order
 # (a millisecond or so a search), a long-lived server pays the copy once.
 MATERIALISE_AFTER = 16
+# Nor when the labels admit more rows than this: the copy is held in memory by every
+# connection that makes one (about 4 KB a row here: 200k rows, under a gigabyte).
+MATERIALISE_MAX_ROWS = 200_000
 _TABLE_NUMBERS = itertools.count(1)
 
 # BM25 column weights: names count four times the body; the meta column (scope and filter
@@ -876,6 +879,8 @@ class SearchPasses:
             return
         lengths = self._lengths(stats)
         rowids = [(r,) for r, token in lengths.tokens.items() if token in acc.visible]
+        if len(rowids) > MATERIALISE_MAX_ROWS:
+            return  # the walk goes on: exact too, only slower
         made = [k for k, e in tables.items() if e["name"] and k != key]
         for old in made[: max(0, len(made) - adm.CACHE_SUBJECTS + 1)]:
             db.execute(f"DROP TABLE IF EXISTS temp.{tables[old]['name']}")

@@ -456,3 +456,23 @@ def test_the_admitted_rows_table_follows_the_index(tmp_path, monkeypatch):
     monkeypatch.setattr(search_module, "MATERIALISE_AFTER", 10**9)
     fresh = open_store(path).search("basket service", scope=public, top_k=10, per_file=0)
     assert again == fresh  # the table rebuilt for the new version ranks as the walk
+
+
+def test_no_copy_is_made_of_more_admitted_rows_than_the_cap(tmp_path, monkeypatch):
+    from runtime.retrieval import search as search_module
+    from runtime.retrieval.node import Node
+    from runtime.retrieval.nodestore import open_store
+
+    store = open_store(str(tmp_path / "i.db"), create=True)
+    for i, labels in enumerate(([], [], ["hr"])):
+        n = Node(f"r::main::procedure::P{i}", "r", "main", "procedure", f"P{i}", f"P{i}",
+                 f"P{i}.sql", "tsql", 1, 2, "basket service", labels=labels)  # fmt: skip
+        store.replace_file("r", "main", n.path, str(i), [n], {"symbols": [], "deps": []})
+    monkeypatch.setattr(search_module, "MATERIALISE_AFTER", 1)
+    monkeypatch.setattr(search_module, "MATERIALISE_MAX_ROWS", 1)  # two rows are admitted
+    public = Scope("r", "main")
+    hits = store.search("basket", scope=public, top_k=5, per_file=0)
+    assert store._admitted_table(public) is None and len(hits) == 2
+    monkeypatch.setattr(search_module, "MATERIALISE_MAX_ROWS", 2)
+    assert store.search("basket", scope=public, top_k=5, per_file=0) == hits
+    assert store._admitted_table(public)
