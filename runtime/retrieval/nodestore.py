@@ -758,10 +758,13 @@ class SqliteNodeStore(SearchPasses):
         columns = ", ".join("n." + c.strip() for c in _COLS.split(","))
         for start in range(0, len(ids), 500):
             chunk = list(ids[start : start + 500])
+            # CROSS JOIN: each id looked up by its unique index, then the scope checked on
+            # that row (with `id IN (...)` the planner took the scope's repository index and
+            # read the repository's every node: 20 ms at 50k nodes for 32 ids).
             rows = db.execute(
-                f"SELECT n.rowid, {columns} FROM nodes n "
-                f"WHERE n.id IN ({','.join('?' * len(chunk))}) AND {where}",
-                [*chunk, *args],
+                f"SELECT n.rowid, {columns} FROM (SELECT DISTINCT value AS id FROM"
+                f" json_each(?)) i CROSS JOIN nodes n ON n.id = i.id WHERE {where}",
+                [json.dumps(chunk), *args],
             )
             for r in rows:
                 by_row[r[0]] = out[r[1]] = _row_node(r[1:])
@@ -818,10 +821,10 @@ class SqliteNodeStore(SearchPasses):
         unique = list(dict.fromkeys(ids))
         for start in range(0, len(unique), 500):
             chunk = unique[start : start + 500]
-            total += db.execute(
-                f"SELECT count(*) FROM nodes n WHERE n.id IN ({','.join('?' * len(chunk))}) "
-                f"AND {where}",
-                [*chunk, *args],
+            total += db.execute(  # each id by its index first, as get_nodes
+                "SELECT count(*) FROM (SELECT value AS id FROM json_each(?)) i"
+                f" CROSS JOIN nodes n ON n.id = i.id WHERE {where}",
+                [json.dumps(chunk), *args],
             ).fetchone()[0]
         return int(total)
 
