@@ -851,7 +851,7 @@ class SqliteNodeStore(SearchPasses):
             ):
                 continue
             total += db.execute(
-                f"SELECT count(*) FROM edges e JOIN nodes n ON n.id = e.{far} "
+                f"SELECT count(*) FROM edges e CROSS JOIN nodes n ON n.id = e.{far} "
                 f"WHERE e.{near} IN ({marks}){tsql} AND {where}",
                 [*ids, *targs, *args],
             ).fetchone()[0]
@@ -876,13 +876,13 @@ class SqliteNodeStore(SearchPasses):
         db = self.conn()
         if direction in ("out", "both"):
             out += db.execute(
-                f"SELECT e.from_id, e.to_id, e.edge_type FROM edges e JOIN nodes n ON n.id = e.to_id "
+                f"SELECT e.from_id, e.to_id, e.edge_type FROM edges e CROSS JOIN nodes n ON n.id = e.to_id "
                 f"WHERE e.from_id IN ({marks}){tsql} AND {where} ORDER BY e.from_id, e.edge_type, e.to_id",
                 [*ids, *targs, *args],
             ).fetchall()
         if direction in ("in", "both"):
             out += db.execute(
-                f"SELECT e.from_id, e.to_id, e.edge_type FROM edges e JOIN nodes n ON n.id = e.from_id "
+                f"SELECT e.from_id, e.to_id, e.edge_type FROM edges e CROSS JOIN nodes n ON n.id = e.from_id "
                 f"WHERE e.to_id IN ({marks}){tsql} AND {where} ORDER BY e.to_id, e.edge_type, e.from_id",
                 [*ids, *targs, *args],
             ).fetchall()
