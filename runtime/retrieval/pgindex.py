@@ -635,6 +635,8 @@ class PostgresNodeStore(SearchPasses):
         rows = self._ranked(match, scope, top_k, filters)
         return [_hit(i, r[1], r[5], r[2], r[3], r[4]) for i, r in enumerate(rows)]
 
+    _EDGES_FIRST = "JOIN"  # (SearchPasses._EDGES_FIRST: Postgres plans the join itself)
+
     def _materialise_admitted(self, scope: Scope) -> None:
         """Nothing: the statistics here are always the admitted nodes', computed in SQL
         (the SQLite index's temporary table of admitted rows has no use here)."""

@@ -285,6 +285,12 @@ class SearchPasses:
     The store provides the connection (`conn`) and the per-thread cache (`_local`).
     """
 
+    # How a query joins nodes to edges given by id: SQLite's CROSS JOIN keeps the edges
+    # first (each node then looked up by its id), where a plain join let the planner read
+    # every node of the repository through the scope's index (56 ms at 50k nodes for 32
+    # ids). Postgres (which has no CROSS JOIN ... ON) plans it well with a plain JOIN.
+    _EDGES_FIRST = "CROSS JOIN"
+
     if TYPE_CHECKING:
         _local: threading.local
 
@@ -500,7 +506,8 @@ class SearchPasses:
         db = self.conn()
         rows = db.execute(
             "SELECT e.from_id, n.id, n.path, n.kind, n.name, c.path FROM edges e "
-            "JOIN nodes n ON n.id = e.to_id JOIN nodes c ON c.id = e.from_id "
+            f"{self._EDGES_FIRST} nodes n ON n.id = e.to_id {self._EDGES_FIRST} nodes c"
+            " ON c.id = e.from_id "
             f"WHERE e.from_id IN ({marks}) AND e.edge_type = 'On' AND {where}{fsql} "
             "ORDER BY e.from_id, n.path != c.path, n.id",
             [*ids, *args, *fargs],
