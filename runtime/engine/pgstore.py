@@ -27,7 +27,6 @@ import re
 import sqlite3
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -36,7 +35,7 @@ from runtime.engine.owner import is_gone
 from runtime.engine.store import DURABILITY, SqliteRunStore, _owner, _RunMemo
 from runtime.errors import RunError, StoreError
 from runtime.governance.ledger import key_from_env
-from runtime.net import pgtext
+from runtime.net import pgpool, pgtext
 from runtime.net.pgurl import display, is_url, scrub  # noqa: F401 (re-exported)
 
 MIGRATIONS_TABLE = "run_store_migrations"
@@ -330,20 +329,9 @@ class PostgresRunStore(SqliteRunStore):
                 f"durability must be one of {', '.join(DURABILITY)}, got {durability!r}",
                 code="DURABILITY_UNKNOWN",
             )
-        try:
-            import psycopg
-            import psycopg_pool
-        except ImportError as exc:
-            raise StoreError(
-                f"a postgresql:// store needs psycopg 3 and psycopg-pool ({exc}):"
-                " pip install 'step-runtime[postgres]'",
-                code="STORE_DRIVER_MISSING",
-            ) from exc
+        psycopg, _ = pgpool.drivers("store")
         self.url = url
-        try:
-            self.path = display(url)
-        except ValueError as exc:  # a port that is not a number
-            raise StoreError(f"run store: {exc}", code="STORE_URL_INVALID") from exc
+        self.path = pgpool.shown(url, "run store")
         self.durability = durability
         self._ledger = _ledger.LedgerWriter(key_from_env()) if ledger else None
         self._pack_digests: dict[tuple[str, int], tuple[str, str, str]] = {}
@@ -353,9 +341,8 @@ class PostgresRunStore(SqliteRunStore):
         self._fences: dict[str, int] = {}  # run id -> the lease epoch this store writes under
         self.timeout = float(timeout or os.environ.get(TIMEOUT_ENV) or 10)
         size = int(pool_max or os.environ.get(POOL_MAX_ENV) or 8)
-        connect = {"connect_timeout": max(1, int(self.timeout)), "application_name": "step-runtime"}
         try:
-            with psycopg.connect(url, autocommit=True, **connect) as conn:  # type: ignore[arg-type]
+            with psycopg.connect(url, autocommit=True, **pgpool.connect_args(self.timeout)) as conn:
                 self._open(_Conn(conn, self.path), create)
         except sqlite3.DatabaseError as exc:  # a migration failed: nothing of it was kept
             raise StoreError(f"cannot open run store {self.path}: {exc}") from exc
@@ -365,18 +352,9 @@ class PostgresRunStore(SqliteRunStore):
             raise StoreError(
                 f"run store {self.path}: {scrub(str(exc), url)}", code="STORE_URL_INVALID"
             ) from exc
-        self._pool = psycopg_pool.ConnectionPool(
-            url,
-            min_size=1,
-            max_size=max(1, size),
-            kwargs={"autocommit": True, **connect},
-            timeout=self.timeout,
-            open=True,
-            name="step-runtime-runs",
-            configure=pgtext.install,  # NUL characters round-trip
+        self._pool = pgpool.open_pool(
+            self, url, size=size, timeout=self.timeout, name="step-runtime-runs"
         )
-        # A store dropped without close() closes its pool (an unclosed pool warns when collected).
-        weakref.finalize(self, self._pool.close)
 
     # --- connections -------------------------------------------------------------------
     @contextlib.contextmanager

@@ -21,13 +21,12 @@ import math
 import re
 import sqlite3
 import threading
-import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from runtime.context.tokens import CUT_RULE, digest
 from runtime.errors import StoreError
-from runtime.net import pgtext
+from runtime.net import pgpool
 from runtime.net.pgurl import display, is_url, scrub  # noqa: F401 (re-exported)
 from runtime.retrieval.node import Node, Scope, label_set_token
 from runtime.retrieval.query import kinds_in, name_cover, named_words, query_terms, question_stems
@@ -209,24 +208,12 @@ class PostgresNodeStore(SearchPasses):
     SQL primitives (full-text match, BM25, statistics) written for Postgres."""
 
     def __init__(self, url: str, *, create: bool = False, pool_max: int = 4, timeout: float = 10):
-        try:
-            import psycopg
-            import psycopg_pool
-        except ImportError as exc:
-            raise StoreError(
-                f"a postgresql:// index needs psycopg 3 and psycopg-pool ({exc}):"
-                " pip install 'step-runtime[postgres]'",
-                code="STORE_DRIVER_MISSING",
-            ) from exc
+        psycopg, _ = pgpool.drivers("index")
         self.url = url
         self._local = threading.local()
+        self.path = pgpool.shown(url, "index")
         try:
-            self.path = display(url)
-        except ValueError as exc:
-            raise StoreError(f"index: {exc}", code="STORE_URL_INVALID") from exc
-        connect = {"connect_timeout": max(1, int(timeout)), "application_name": "step-runtime"}
-        try:
-            with psycopg.connect(url, autocommit=True, **connect) as conn:  # type: ignore[arg-type]
+            with psycopg.connect(url, autocommit=True, **pgpool.connect_args(timeout)) as conn:
                 found = conn.execute("SELECT to_regclass('index_meta') IS NOT NULL").fetchone()
                 if not (found and found[0]):
                     if not create:
@@ -246,19 +233,9 @@ class PostgresNodeStore(SearchPasses):
             raise StoreError(
                 f"index {self.path}: {scrub(str(exc), url)}", code="STORE_URL_INVALID"
             ) from exc
-        self._pool = psycopg_pool.ConnectionPool(
-            url,
-            min_size=1,
-            max_size=max(1, pool_max),
-            kwargs={"autocommit": True, **connect},
-            timeout=timeout,
-            open=True,
-            name="step-runtime-index",
-            configure=pgtext.install,  # NUL characters round-trip
+        self._pool = pgpool.open_pool(
+            self, url, size=pool_max, timeout=timeout, name="step-runtime-index"
         )
-        # Closed when the store is dropped, as the run store's: a pool left to the garbage
-        # collector may be collected on one of its own threads, which cannot join itself.
-        weakref.finalize(self, self._pool.close)
 
     def close(self) -> None:
         """Close the pool."""

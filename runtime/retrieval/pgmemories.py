@@ -28,12 +28,12 @@ import json
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from runtime.errors import RunError, StoreError
+from runtime.net import pgpool
 from runtime.net.pgurl import display, is_url, scrub  # noqa: F401 (re-exported)
 from runtime.retrieval import memory_fts
 from runtime.retrieval.memory_common import (
@@ -171,27 +171,15 @@ class PostgresMemoryStore:
         (MEMORY_STORE_ERROR). `pool_max` connections at most (default
         $RUNTIME_MEMORY_POOL_MAX or 4); `timeout` seconds to wait for the server or a free
         connection (default $RUNTIME_MEMORY_TIMEOUT or 10)."""
-        try:
-            import psycopg
-            import psycopg_pool
-        except ImportError as exc:
-            raise StoreError(
-                f"a postgresql:// memory store needs psycopg 3 and psycopg-pool ({exc}):"
-                " pip install 'step-runtime[postgres]'",
-                code="STORE_DRIVER_MISSING",
-            ) from exc
+        psycopg, _ = pgpool.drivers("memory store")
         self.url = url
-        try:
-            self.path = display(url)
-        except ValueError as exc:  # a port that is not a number
-            raise StoreError(f"memory store: {exc}", code="STORE_URL_INVALID") from exc
+        self.path = pgpool.shown(url, "memory store")
         self._embedder = embedder
         self._local = threading.local()
         self.timeout = float(timeout or os.environ.get(TIMEOUT_ENV) or 10)
         size = int(pool_max or os.environ.get(POOL_MAX_ENV) or 4)
-        connect = {"connect_timeout": max(1, int(self.timeout)), "application_name": "step-runtime"}
         try:
-            conn = psycopg.connect(url, autocommit=True, **connect)  # type: ignore[arg-type]
+            conn = psycopg.connect(url, autocommit=True, **pgpool.connect_args(self.timeout))
         except psycopg.OperationalError as exc:
             raise unavailable(self.path, scrub(str(exc), url)) from exc
         except psycopg.ProgrammingError as exc:  # a malformed URL or option
@@ -208,18 +196,9 @@ class PostgresMemoryStore:
                 f"memory store {self.path}: cannot open: {scrub(str(exc), url)}",
                 code="MEMORY_STORE_ERROR",
             ) from exc
-        self._pool = psycopg_pool.ConnectionPool(
-            url,
-            min_size=1,
-            max_size=max(1, size),
-            kwargs={"autocommit": True, **connect},
-            timeout=self.timeout,
-            open=True,
-            name="step-runtime-memories",
+        self._pool = pgpool.open_pool(
+            self, url, size=size, timeout=self.timeout, name="step-runtime-memories"
         )
-        # Closed when the store is dropped: a pool left to the garbage collector may be
-        # collected on one of its own threads, which cannot join itself.
-        weakref.finalize(self, self._pool.close)
 
     def close(self) -> None:
         """Close the pool."""

@@ -496,3 +496,12 @@ def test_scores_follow_writes_made_elsewhere(store: Any) -> None:
     assert [(h.id, h.score) for h in mine] == [
         (h.id, h.score) for h in _reopen(store).search_memories("audit", limit=10, now=NOW)
     ]
+
+
+def test_text_with_nul_and_the_escape_round_trips(store):
+    """NUL cannot be in a Postgres text value (runtime/net/pgtext.py escapes it): a memory
+    holding it, and the escape character, reads back as written on both backends."""
+    text = "vault key a\x00b and \U0010fffd0 kept"
+    store.remember([mem(text)], now=NOW)
+    hits = store.search_memories("vault key", limit=5, now=NOW)
+    assert [h.text for h in hits] == [text]
