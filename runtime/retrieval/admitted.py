@@ -18,12 +18,12 @@ f's function alone once the whole-table figures are known, and f is an integer.
 from __future__ import annotations
 
 import math
-import re
 import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.retrieval import fts_expr
 from runtime.retrieval.node import label_set_token
 
 K1 = 1.2
@@ -36,64 +36,28 @@ IDF_FLOOR = 1e-6  # FTS5's value for a phrase in half the rows or more
 CACHE_ROWS = 200_000
 CACHE_SUBJECTS = 4
 
-_TOKEN = re.compile(r'"(?:[^"]|"")*"|\(|\)|:|[^\s():"]+')
-
 
 Tree = tuple[Any, ...]  # ("phrase", index) | ("and"|"or", [children]) | ("not", left, right)
 
 
 def parse(expr: str) -> tuple[Tree, list[tuple[str, str | None]]]:
-    """An FTS5 expression as the search passes write it (quoted or bare phrases, AND, OR,
-    NOT, parentheses, `column : group`): its tree, and its phrases in FTS5's order, each
-    (text, column filter or None)."""
-    tokens = _TOKEN.findall(expr)
+    """An FTS5 expression as the search passes write it (runtime/retrieval/fts_expr.py): its
+    tree with each phrase numbered, and its phrases in FTS5's order, each (text, column
+    filter or None)."""
     found: list[tuple[str, str | None]] = []
-    pos = 0
 
-    def peek() -> str | None:
-        return tokens[pos] if pos < len(tokens) else None
+    def numbered(tree: Tree, column: str | None) -> Tree:
+        kind = tree[0]
+        if kind == "phrase":
+            found.append((tree[1], column))
+            return ("phrase", len(found) - 1)
+        if kind == "col":
+            return numbered(tree[2], tree[1])
+        if kind == "not":
+            return ("not", numbered(tree[1], column), numbered(tree[2], column))
+        return (kind, [numbered(child, column) for child in tree[1]])
 
-    def take() -> str:
-        nonlocal pos
-        pos += 1
-        return tokens[pos - 1]
-
-    def or_(column: str | None) -> Tree:
-        items = [and_(column)]
-        while peek() == "OR":
-            take()
-            items.append(and_(column))
-        return items[0] if len(items) == 1 else ("or", items)
-
-    def and_(column: str | None) -> Tree:
-        items = [not_(column)]
-        while peek() not in (None, "OR", ")"):
-            if peek() == "AND":
-                take()
-            items.append(not_(column))
-        return items[0] if len(items) == 1 else ("and", items)
-
-    def not_(column: str | None) -> Tree:
-        left = atom(column)
-        while peek() == "NOT":
-            take()
-            left = ("not", left, atom(column))
-        return left
-
-    def atom(column: str | None) -> Tree:
-        tok = take()
-        if tok == "(":
-            inner = or_(column)
-            if peek() == ")":
-                take()
-            return inner
-        if peek() == ":":
-            take()
-            return atom(tok)
-        found.append((tok[1:-1].replace('""', '"') if tok.startswith('"') else tok, column))
-        return ("phrase", len(found) - 1)
-
-    return (or_(None) if tokens else ("or", [])), found
+    return numbered(fts_expr.parse(expr), None), found
 
 
 def counted(tree: Tree, present: Callable[[int], bool]) -> list[int] | None:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from runtime.retrieval import fts_expr
 
 K1 = 1.2
 B = 0.75
@@ -132,67 +133,28 @@ class Phrase:
 # A parsed expression: ("or"|"and", [nodes]), ("not", a, b) or ("phrase", Phrase).
 Node = tuple[Any, ...]
 
-_TOKEN = re.compile(r'"(?:[^"]|"")*"|\{[^}]*\}|\(|\)|:|[^\s():"{}]+')
-
 
 def parse(expr: str, columns: Sequence[str]) -> tuple[Node, list[Phrase]]:
-    """The tree of an FTS5 expression and its phrases in order (one per occurrence, as
-    BM25 sums them); `columns` names the columns a `{name} :` filter may name."""
-    tokens = _TOKEN.findall(expr)
-    pos = 0
+    """The tree of an FTS5 expression (runtime/retrieval/fts_expr.py) and its phrases in
+    order (one per occurrence, as BM25 sums them); `columns` names the columns a
+    `{name} :` filter may name (another is -1: no column, nothing matches)."""
     phrases: list[Phrase] = []
     words = tokenizer()
 
-    def peek() -> str | None:
-        return tokens[pos] if pos < len(tokens) else None
+    def made(tree: Node, col: int | None) -> Node:
+        kind = tree[0]
+        if kind == "phrase":
+            found = words.query(tree[1], raw=True)
+            phrase = Phrase(tuple(stored_term(t) for t in found), col, tuple(found))
+            phrases.append(phrase)
+            return ("phrase", phrase)
+        if kind == "col":
+            return made(tree[2], list(columns).index(tree[1]) if tree[1] in columns else -1)
+        if kind == "not":
+            return ("not", made(tree[1], col), made(tree[2], col))
+        return (kind, [made(child, col) for child in tree[1]])
 
-    def take() -> str:
-        nonlocal pos
-        pos += 1
-        return tokens[pos - 1]
-
-    def or_(col: int | None) -> Node:
-        items = [and_(col)]
-        while peek() == "OR":
-            take()
-            items.append(and_(col))
-        return items[0] if len(items) == 1 else ("or", items)
-
-    def and_(col: int | None) -> Node:
-        items = [not_(col)]
-        while peek() not in (None, "OR", ")"):
-            if peek() == "AND":
-                take()
-            items.append(not_(col))
-        return items[0] if len(items) == 1 else ("and", items)
-
-    def not_(col: int | None) -> Node:
-        left = atom(col)
-        while peek() == "NOT":
-            take()
-            left = ("not", left, atom(col))
-        return left
-
-    def atom(col: int | None) -> Node:
-        tok = take()
-        if tok == "(":
-            inner = or_(col)
-            if peek() == ")":
-                take()
-            return inner
-        if tok.startswith("{") or peek() == ":":
-            name = tok.strip("{}").strip()
-            if peek() == ":":
-                take()
-            return atom(list(columns).index(name) if name in columns else -1)
-        text = tok[1:-1].replace('""', '"') if tok.startswith('"') else tok
-        found = words.query(text, raw=True)
-        phrase = Phrase(tuple(stored_term(t) for t in found), col, tuple(found))
-        phrases.append(phrase)
-        return ("phrase", phrase)
-
-    tree = or_(None) if tokens else ("or", [])
-    return tree, phrases
+    return made(fts_expr.parse(expr), None), phrases
 
 
 def hits(phrase: Phrase, counts: Counts) -> int:

@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import json
 import math
-import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -28,6 +27,7 @@ from runtime.context.tokens import CUT_RULE, digest
 from runtime.errors import StoreError
 from runtime.net import pgpool
 from runtime.net.pgurl import display, is_url, scrub  # noqa: F401 (re-exported)
+from runtime.retrieval import fts_expr
 from runtime.retrieval.node import Node, Scope, label_set_token
 from runtime.retrieval.query import kinds_in, name_cover, named_words, query_terms, question_stems
 from runtime.retrieval.search import (
@@ -844,58 +844,7 @@ class _Dialect:
 
 # --- FTS5 match expressions, as the shared passes write them ----------------------------
 
-_TOKEN = re.compile(r'"(?:[^"]|"")*"|\(|\)|:|[^\s():"]+')
-
-
-def _parse(expr: str) -> Any:
-    """An FTS5 expression (phrases, AND, OR, NOT, parentheses, `column : group`) as a tree:
-    ("or"|"and", [children]), ("not", a, b), ("col", name, child) or ("phrase", text)."""
-    tokens = _TOKEN.findall(expr)
-    pos = 0
-
-    def peek() -> str | None:
-        return tokens[pos] if pos < len(tokens) else None
-
-    def take() -> str:
-        nonlocal pos
-        pos += 1
-        return tokens[pos - 1]
-
-    def or_() -> Any:
-        items = [and_()]
-        while peek() == "OR":
-            take()
-            items.append(and_())
-        return items[0] if len(items) == 1 else ("or", items)
-
-    def and_() -> Any:
-        items = [not_()]
-        while peek() not in (None, "OR", ")"):
-            if peek() == "AND":
-                take()
-            items.append(not_())
-        return items[0] if len(items) == 1 else ("and", items)
-
-    def not_() -> Any:
-        left = atom()
-        while peek() == "NOT":
-            take()
-            left = ("not", left, atom())
-        return left
-
-    def atom() -> Any:
-        tok = take()
-        if tok == "(":
-            inner = or_()
-            if peek() == ")":
-                take()
-            return inner
-        if peek() == ":":
-            take()
-            return ("col", tok, atom())
-        return ("phrase", tok[1:-1].replace('""', '"') if tok.startswith('"') else tok)
-
-    return or_() if tokens else ("or", [])
+_parse = fts_expr.parse  # (the tree every reader of FTS5 expressions here shares)
 
 
 # One term's postings, from node_terms' (term, node) key (its INCLUDE columns make it an
