@@ -14,11 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_store_damage import small_store
+from test_store_damage import read_everything, small_store
 
 from runtime.engine import storecopy
-from runtime.engine.stores import open_run_store
-from runtime.errors import StepRuntimeError
 
 pytestmark = pytest.mark.postgres
 
@@ -51,45 +49,6 @@ def _damages(value: Any, other: Any) -> list[Any]:
     if other is not None and other != value:
         out.append(other)
     return out
-
-
-def _read_everything(url: str, expected: dict[tuple[str, str | None], str]) -> str:
-    """Every reader over the damaged store: 'ok' or the codes of the coded errors it gave.
-
-    A wrong slice, or an exception that is no coded error, fails the test.
-    """
-    from slice_support import ctx_of
-    from test_store_damage import _render
-
-    from runtime.context import pointers as ptr
-
-    codes: set[str] = set()
-    store = open_run_store(url, create=False)
-    try:
-        ctx = ctx_of(store)
-        for (pid, part), text in expected.items():
-            try:
-                got = ptr.rehydrate(ctx, pid, part)
-            except StepRuntimeError as exc:
-                assert exc.code in ("STORE_ERROR", "POINTER_UNKNOWN"), (exc.code, exc.message)
-                codes.add(exc.code)
-                continue
-            assert got == text, f"a wrong slice: {pid} {part}"
-        for read in (
-            lambda: store.pointers("r"),
-            lambda: store.threads("r"),
-            lambda: store.runs(),
-            lambda: store.load("r"),
-            lambda: ptr.export(store, "r", with_text=True),
-            lambda: _render(store),
-        ):
-            try:
-                read()
-            except StepRuntimeError as exc:
-                codes.add(exc.code)
-    finally:
-        store.close()
-    return ",".join(sorted(codes)) or "ok"
 
 
 def _psql(url: str) -> Any:
@@ -160,7 +119,7 @@ def sweep(url: str, expected: dict[Any, str], cells: list[Any]) -> dict[str, int
                 except Exception as exc:  # a NOT NULL or key constraint refused the damage
                     assert type(exc).__module__.startswith("psycopg"), exc
                     continue
-                code = _read_everything(url, expected)
+                code = read_everything(url, expected)
                 outcomes[code] = outcomes.get(code, 0) + 1
         _restore(conn)
     return outcomes
@@ -168,7 +127,7 @@ def sweep(url: str, expected: dict[Any, str], cells: list[Any]) -> dict[str, int
 
 def test_the_undamaged_copy_reads_back_whole(tmp_path, monkeypatch, pg_url):
     expected = _store_on_postgres(tmp_path, monkeypatch, pg_url)
-    assert _read_everything(pg_url, expected) == "ok"
+    assert read_everything(pg_url, expected) == "ok"
 
 
 @pytest.mark.parametrize("table", ["original_chunks", "original_index", "run_pointers"])

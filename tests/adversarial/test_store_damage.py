@@ -190,10 +190,13 @@ def pages(db: str) -> list[tuple[str, int]]:
 def read_everything(db: str, expected: dict[tuple[str, str | None], str]) -> str:
     """Every reader over a (damaged) copy: 'ok', or the code of the coded error it gave.
 
-    A wrong slice or any exception that is not a coded error fails the test.
+    A wrong slice or any exception that is not a coded error fails the test. `db`: a
+    SQLite file, or a Postgres URL (test_pg_store_damage.py).
     """
+    from runtime.engine.stores import open_run_store
+
     try:
-        store = SqliteRunStore(db, create=False)
+        store = open_run_store(db, create=False)
     except StepRuntimeError as exc:
         return exc.code
     codes = set()
