@@ -21,6 +21,7 @@ import uuid
 from typing import Any
 
 from runtime.errors import RunError, StoreError
+from runtime.net import pgpool
 
 LEASE_ENV = "RUNTIME_WORKER_LEASE"
 QUEUE = "runs"
@@ -77,8 +78,7 @@ def app_for(url: str) -> Any:
 
 def ensure_queue(url: str) -> None:
     """Install procrastinate's schema once (under an advisory lock: workers start together)."""
-    import psycopg
-
+    psycopg, _ = pgpool.drivers("worker")  # STORE_DRIVER_MISSING without them
     app = app_for(url)
     with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))

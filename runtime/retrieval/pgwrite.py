@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from runtime.errors import StoreError
-from runtime.net import pgtext
+from runtime.net import pgpool, pgtext
 from runtime.retrieval.nodestore import NodeRow, decode_extraction
 from runtime.retrieval.pgindex import PostgresNodeStore, display, scrub, unavailable
 
@@ -63,8 +63,7 @@ class PostgresIndexWriter:
         timeout: float = 10,
         on_wait: Callable[[str], None] | None = None,
     ) -> None:
-        import psycopg
-
+        psycopg, _ = pgpool.drivers("index")  # STORE_DRIVER_MISSING without them
         self.url = url
         self.index = _Through(url, create=True, pool_max=1, timeout=timeout)
         self.path = self.index.path
